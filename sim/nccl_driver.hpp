@@ -1,0 +1,888 @@
+#pragma once
+/// ncclinsp::sim — drive an NCCL profiler plugin `.so` exactly as NCCL core does, without NCCL or a GPU.
+///
+/// `plugin_library` dlopens a plugin and finds its newest exported table (`ncclProfiler_v7` → v6 → v5 → v4,
+/// NCCL's probing order). `comm_driver` is one communicator on one rank: it calls `init` with the version's
+/// argument order and the process-global activation mask, then emits the exact callback sequences NCCL
+/// emits for an API call / group (user thread side, `enqueue`) and for kernel completion (proxy or
+/// profiler thread side, `complete`), honouring the mask snapshot semantics and NCCL's ancestor rule.
+///
+/// Version semantics reproduced (see shared/docs/nccl-profiler-abi.md §5-§9, nccl-newest-delta.md §2-§3):
+///  * v4 (native NCCL 2.27): uint8 `type`, Coll/P2p parent = Group handle, Coll/P2p started only when the
+///    Group handle is non-NULL, no API events, no state 23/24.
+///  * v5 (2.28): API events, Coll parent = CollApi handle with `parentGroup` = Group handle; CE bits (12-14)
+///    and KernelPhase (15) are cleared from the mask after init (what the 2.31 v5 shim does).
+///  * v6 (2.29/2.30): CE collectives (CollApi → CeColl → CeSync/CeBatch, no Coll/KernelCh); bit 15 cleared.
+///    Broadcast emits no Coll event (NCCL_ALLGATHERV_ENABLE=1 default, NVIDIA/nccl #2278), also in v7.
+///  * v7 (2.31): userTag, symmetric kernels (`isSymColl`, `kernelVariant`, algo = text after the first '_',
+///    proto = ""), KernelPhase children of KernelCh (bit 15 implies KernelCh).
+///  * `shim_quirks`: emulate a newer NCCL driving an old plugin through its shim: union bytes not set by
+///    the shim are garbage (0xA5 here), the v4 shim forgets `p2p.nChannels`, the v4 shim does not gate
+///    Coll on the Group handle, and the v5 shim passes a non-NULL, uninitialised args pointer for 19/23/24.
+///
+/// Threading: `enqueue` runs on the rank's user thread, `complete`/`start_only`/`proxy_ctrl`/
+/// `foreign_proxy_op` on its proxy thread; both may run concurrently (they share only immutable state).
+/// `enqueue` and `complete` allocate nothing.
+
+#include <ncclinsp/abi/nccl_profiler.hpp>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+namespace ncclinsp::sim {
+
+// ---- NCCL vocabularies ---------------------------------------------------------------------------
+
+/// NCCL core's `ncclFunc_t` numbering (nccl_common.h).
+enum class nccl_func : std::uint8_t {
+  broadcast = 0, reduce = 1, all_gather = 2, reduce_scatter = 3, all_reduce = 4, send_recv = 5,
+  send = 6, recv = 7, all_to_all = 8, scatter = 9, gather = 10,
+};
+inline constexpr int num_funcs = 11;
+
+/// `ncclFuncToString`.
+constexpr const char* func_name(nccl_func f) noexcept {
+  switch (f) {
+    case nccl_func::broadcast: return "Broadcast";
+    case nccl_func::reduce: return "Reduce";
+    case nccl_func::all_gather: return "AllGather";
+    case nccl_func::reduce_scatter: return "ReduceScatter";
+    case nccl_func::all_reduce: return "AllReduce";
+    case nccl_func::send_recv: return "SendRecv";
+    case nccl_func::send: return "Send";
+    case nccl_func::recv: return "Recv";
+    case nccl_func::all_to_all: return "AlltoAll";
+    case nccl_func::scatter: return "Scatter";
+    case nccl_func::gather: return "Gather";
+  }
+  return "Invalid";
+}
+
+/// `ncclDataType_t` numbering.
+enum class nccl_dtype : std::uint8_t {
+  int8 = 0, uint8 = 1, int32 = 2, uint32 = 3, int64 = 4, uint64 = 5, float16 = 6, float32 = 7,
+  float64 = 8, bfloat16 = 9, float8e4m3 = 10, float8e5m2 = 11,
+};
+
+constexpr std::size_t dtype_size(nccl_dtype t) noexcept {
+  switch (t) {
+    case nccl_dtype::int8: case nccl_dtype::uint8: case nccl_dtype::float8e4m3: case nccl_dtype::float8e5m2: return 1;
+    case nccl_dtype::float16: case nccl_dtype::bfloat16: return 2;
+    case nccl_dtype::int32: case nccl_dtype::uint32: case nccl_dtype::float32: return 4;
+    case nccl_dtype::int64: case nccl_dtype::uint64: case nccl_dtype::float64: return 8;
+  }
+  return 1;
+}
+
+/// `ncclDatatypeToString` — note the NCCL quirk: ncclUint8 has no string and reports "Unknown".
+constexpr const char* dtype_name(nccl_dtype t) noexcept {
+  switch (t) {
+    case nccl_dtype::int8: return "ncclInt8";
+    case nccl_dtype::uint8: return "Unknown";
+    case nccl_dtype::int32: return "ncclInt32";
+    case nccl_dtype::uint32: return "ncclUint32";
+    case nccl_dtype::int64: return "ncclInt64";
+    case nccl_dtype::uint64: return "ncclUint64";
+    case nccl_dtype::float16: return "ncclFloat16";
+    case nccl_dtype::float32: return "ncclFloat32";
+    case nccl_dtype::float64: return "ncclFloat64";
+    case nccl_dtype::bfloat16: return "ncclBfloat16";
+    case nccl_dtype::float8e4m3: return "ncclFloat8e4m3";
+    case nccl_dtype::float8e5m2: return "ncclFloat8e5m2";
+  }
+  return "Unknown";
+}
+
+// ---- activation-mask gates (profiler.cc) ---------------------------------------------------------
+
+namespace gate {
+using namespace ncclinsp::abi;
+inline constexpr int all_types = 0xFFFF;
+inline constexpr int group_api = all_types & ~int(ev_proxy_ctrl);
+inline constexpr int coll_api = ev_coll_api | ev_coll | ev_proxy_op | ev_proxy_step | ev_kernel_ch | ev_net_plugin |
+                                ev_ce_coll | ev_ce_sync | ev_ce_batch | ev_kernel_phase;
+inline constexpr int p2p_api = ev_p2p_api | ev_p2p | ev_proxy_op | ev_proxy_step | ev_kernel_ch | ev_net_plugin;
+inline constexpr int group = ev_group | ev_coll | ev_p2p | ev_proxy_op | ev_proxy_step | ev_kernel_ch | ev_net_plugin |
+                             ev_kernel_phase;
+inline constexpr int coll = ev_coll | ev_proxy_op | ev_proxy_step | ev_kernel_ch | ev_net_plugin | ev_kernel_phase;
+inline constexpr int p2p = ev_p2p | ev_proxy_op | ev_proxy_step | ev_kernel_ch | ev_net_plugin;
+inline constexpr int proxy_op = ev_proxy_op | ev_proxy_step | ev_net_plugin;
+inline constexpr int proxy_step = ev_proxy_step | ev_net_plugin;
+inline constexpr int ce_coll = ev_ce_coll | ev_ce_sync | ev_ce_batch;
+}  // namespace gate
+
+// ---- process-global state shared by all communicators (as in NCCL) -------------------------------
+
+/// NCCL's `ncclProfilerEventMask`: ONE int per process; every `init` gets a pointer to it.
+inline int& global_mask() noexcept {
+  static int mask = 0;
+  return mask;
+}
+inline int load_mask() noexcept { return std::atomic_ref<int>(global_mask()).load(std::memory_order_relaxed); }
+inline void store_mask(int v) noexcept { std::atomic_ref<int>(global_mask()).store(v, std::memory_order_relaxed); }
+
+inline std::atomic<bool>& logger_verbose() noexcept {
+  static std::atomic<bool> v{false};
+  return v;
+}
+inline std::atomic<int>& logger_warn_count() noexcept {
+  static std::atomic<int> n{0};
+  return n;
+}
+
+/// The `ncclDebugLogger_t` given to `init`: WARN/ABORT always go to stderr (and are counted), the rest only
+/// when `logger_verbose()` is set.
+inline void logger(abi::log_level level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  if (level == abi::log_warn || level == abi::log_abort) logger_warn_count().fetch_add(1, std::memory_order_relaxed);
+  if (!logger_verbose().load(std::memory_order_relaxed) && level != abi::log_warn && level != abi::log_abort) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  static constexpr const char* names[] = {"NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+  const char* lv = (level >= 0 && level <= 5) ? names[level] : "?";
+  std::fprintf(stderr, "[ncclinsp-sim %d] NCCL %s [%#lx] %s:%d %s\n", int(::getpid()), lv, flags, file ? file : "?",
+               line, buf);
+}
+
+// ---- version traits --------------------------------------------------------------------------------
+
+template <int V> struct version;
+template <> struct version<4> { using descr = abi::descr_v4; using table = abi::profiler_v4; };
+template <> struct version<5> { using descr = abi::descr_v5; using table = abi::profiler_v5; };
+template <> struct version<6> { using descr = abi::descr_v6; using table = abi::profiler_v6; };
+template <> struct version<7> { using descr = abi::descr_v7; using table = abi::profiler_v7; };
+
+/// Whether NCCL can deliver an event of `type` to a plugin of version V at all.
+constexpr bool version_supports(int v, std::uint64_t type) noexcept {
+  using namespace abi;
+  if (type <= ev_net_plugin) return true;          // bits 0-7: every version >= 4
+  if (type <= ev_kernel_launch) return v >= 5;     // API events
+  if (type <= ev_ce_batch) return v >= 6;          // CE events
+  return v >= 7;                                   // KernelPhase
+}
+
+// ---- plugin_library ----------------------------------------------------------------------------------
+
+/// A dlopen'ed profiler plugin. Move-only; dlcloses on destruction (as NCCL does when its refcount reaches 0).
+class plugin_library {
+ public:
+  plugin_library() = default;
+  /// force_abi: 0 = newest exported (v7 → v4), 4..7 = exactly that symbol.
+  explicit plugin_library(const std::string& path, int force_abi = 0) { open(path, force_abi); }
+  plugin_library(const plugin_library&) = delete;
+  plugin_library& operator=(const plugin_library&) = delete;
+  plugin_library(plugin_library&& o) noexcept { *this = std::move(o); }
+  plugin_library& operator=(plugin_library&& o) noexcept {
+    if (this != &o) {
+      close();
+      handle_ = std::exchange(o.handle_, nullptr);
+      table_ = std::exchange(o.table_, nullptr);
+      abi_ = std::exchange(o.abi_, 0);
+      error_ = std::move(o.error_);
+      path_ = std::move(o.path_);
+    }
+    return *this;
+  }
+  ~plugin_library() { close(); }
+
+  bool open(const std::string& path, int force_abi = 0) {
+    close();
+    path_ = path;
+    error_.clear();
+    if (force_abi != 0 && (force_abi < 4 || force_abi > 7)) {
+      error_ = "unsupported profiler ABI version " + std::to_string(force_abi) + " (want 0 or 4..7)";
+      return false;
+    }
+    handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* e = ::dlerror();
+      error_ = "dlopen(" + path + ") failed: " + (e ? e : "unknown error");
+      return false;
+    }
+    for (int v = 7; v >= 4; --v) {
+      if (force_abi != 0 && v != force_abi) continue;
+      const std::string sym = "ncclProfiler_v" + std::to_string(v);
+      ::dlerror();
+      if (void* p = ::dlsym(handle_, sym.c_str())) {
+        table_ = p;
+        abi_ = v;
+        return true;
+      }
+    }
+    error_ = force_abi ? path + " does not export ncclProfiler_v" + std::to_string(force_abi)
+                       : path + " exports none of ncclProfiler_v7, _v6, _v5, _v4";
+    ::dlclose(handle_);
+    handle_ = nullptr;
+    return false;
+  }
+
+  void close() noexcept {
+    if (handle_) ::dlclose(handle_);
+    handle_ = nullptr;
+    table_ = nullptr;
+    abi_ = 0;
+  }
+
+  bool ok() const noexcept { return table_ != nullptr; }
+  explicit operator bool() const noexcept { return ok(); }
+  const std::string& error() const noexcept { return error_; }
+  const std::string& path() const noexcept { return path_; }
+  int abi() const noexcept { return abi_; }
+  /// The table's `name` field ("" when not loaded or NULL).
+  const char* name() const noexcept {
+    if (!table_) return "";
+    const char* n = *static_cast<const char* const*>(table_);  // `name` is the first member of every version
+    return n ? n : "";
+  }
+  void* dl_handle() const noexcept { return handle_; }
+  const void* raw_table() const noexcept { return table_; }
+  template <int V> const typename version<V>::table* table() const noexcept {
+    return abi_ == V ? static_cast<const typename version<V>::table*>(table_) : nullptr;
+  }
+
+ private:
+  void* handle_ = nullptr;
+  const void* table_ = nullptr;
+  int abi_ = 0;
+  std::string error_;
+  std::string path_;
+};
+
+// ---- operations ------------------------------------------------------------------------------------
+
+enum class op_kind : std::uint8_t { coll, p2p, ce_coll };
+
+/// One NCCL API call (ncclAllReduce, ncclSend, ...). Counts are the user's (elements); the driver applies
+/// NCCL's rewriting (AllGather/Broadcast Coll count in bytes, datatype "ncclInt8").
+struct op_desc {
+  op_kind kind = op_kind::coll;
+  nccl_func func = nccl_func::all_reduce;
+  nccl_dtype dtype = nccl_dtype::bfloat16;
+  std::size_t count = 0;  ///< AllGather: per-rank send count; ReduceScatter: per-rank recv count.
+  int root = 0;
+  int peer = -1;          ///< P2P peer rank
+  const void* send_buff = nullptr;
+  void* recv_buff = nullptr;
+  const char* algo = "RING";
+  const char* proto = "SIMPLE";
+  std::uint8_t n_channels = 1;
+  int channel_lo = -1;    ///< -1: collectives use the group's channel cursor, P2P a peer-derived non-zero base
+  std::uint8_t n_warps = 16;
+  std::uint64_t user_tag = 0;             ///< v7 only
+  const char* kernel_variant = nullptr;   ///< v7 symmetric kernel name, e.g. "AllReduce_AGxLL_R"; NULL = regular
+  void* stream = reinterpret_cast<void*>(0x5000);
+  bool graph_captured = false;
+};
+
+/// What `enqueue` hands to the proxy side: the handles and the mask snapshot of one task. Plain data.
+struct pending_op {
+  void* task_handle = nullptr;  ///< Coll / P2p handle (parent of KernelCh, ProxyOp); NULL if the plugin said so
+  void* api_handle = nullptr;   ///< CollApi / P2pApi handle (v5+)
+  void* ce_handle = nullptr;    ///< CeColl handle (v6+ CE collectives)
+  int mask = 0;                 ///< activation-mask snapshot taken at the API call
+  op_kind kind = op_kind::coll;
+  nccl_func func = nccl_func::all_reduce;
+  bool kernel_events = false;   ///< KernelCh/ProxyOp children exist (false for CE ops and mask-off / Broadcast)
+  bool symmetric = false;
+  bool network = false;         ///< the communicator spans nodes: ProxyOps exist
+  std::uint8_t channel_lo = 0;
+  std::uint8_t n_channels = 0;
+  int peer = -1;
+  std::size_t bytes = 0;        ///< per-rank payload bytes
+  std::uint64_t seq = 0;        ///< coll.seqNumber / ceColl.seqNumber given to the plugin
+};
+
+struct kernel_time {
+  std::uint64_t start_ns = 0;  ///< GPU %globaltimer at work start
+  std::uint64_t stop_ns = 0;   ///< GPU %globaltimer at work end
+};
+
+struct comm_config {
+  std::uint64_t comm_hash = 0;    ///< identical on all ranks of the communicator
+  std::string name;               ///< commName; empty → NULL
+  bool null_name = false;         ///< pass NULL even if `name` is set (NCCL: commName unset)
+  int n_nodes = 1;
+  int n_ranks = 1;
+  int rank = 0;
+  int mask_override = -1;         ///< RAS override: after init, store this into the global mask (e.g. 0xFFFF)
+  bool shim_quirks = false;       ///< see the header comment
+  int broadcast_coll = -1;        ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
+  int proxy_steps = 2;            ///< ProxyStep events per ProxyOp when enabled
+  pid_t pid = ::getpid();         ///< `proxyOp.pid` for local ops
+};
+
+/// One communicator on one rank.
+class comm_driver {
+ public:
+  comm_driver(const plugin_library& lib, comm_config cfg) : lib_(&lib), cfg_(std::move(cfg)), abi_(lib.abi()) {
+    if (!lib.ok()) {
+      init_result_ = abi::internal_error;
+      return;
+    }
+    const char* name = (cfg_.null_name || cfg_.name.empty()) ? nullptr : cfg_.name.c_str();
+    int* mask = &global_mask();
+    switch (abi_) {
+      case 4:
+        init_result_ = lib.table<4>()->init(&context_, mask, name, cfg_.comm_hash, cfg_.n_nodes, cfg_.n_ranks,
+                                            cfg_.rank, &logger);
+        break;
+      case 5: init_result_ = lib.table<5>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
+      case 6: init_result_ = lib.table<6>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
+      case 7: init_result_ = lib.table<7>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
+      default: init_result_ = abi::internal_error; break;
+    }
+    if (init_result_ != abi::success) {
+      logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__, "Profiler init failed with error (%d). Continue without profiler.",
+             int(init_result_));
+      return;
+    }
+    active_ = true;
+    int m = load_mask();
+    if (abi_ == 5) m &= ~int(abi::ev_ce_coll | abi::ev_ce_sync | abi::ev_ce_batch | abi::ev_kernel_phase);  // v5 shim
+    if (abi_ == 6) m &= ~int(abi::ev_kernel_phase);                                                       // v6 shim
+    if (cfg_.mask_override >= 0) m = cfg_.mask_override;  // RAS re-applies its override after every init
+    if (m & abi::ev_kernel_phase) m |= abi::ev_kernel_ch;   // 2.31: KernelPhase implies KernelCh
+    store_mask(m);
+  }
+
+  comm_driver(const comm_driver&) = delete;
+  comm_driver& operator=(const comm_driver&) = delete;
+  ~comm_driver() { finalize(); }
+
+  abi::result_t init_result() const noexcept { return init_result_; }
+  bool active() const noexcept { return active_; }
+  void* context() const noexcept { return context_; }
+  int mask() const noexcept { return load_mask(); }
+  int abi_version() const noexcept { return abi_; }
+  const comm_config& config() const noexcept { return cfg_; }
+  /// Next seqNumber NCCL would give `f` on this communicator.
+  std::uint64_t next_seq(nccl_func f) const noexcept { return seq_[int(f)]; }
+
+  /// Set the global mask now (the way a plugin or RAS may do later); applies to ops enqueued afterwards.
+  static void set_mask(int m) noexcept { store_mask(m); }
+
+  /// User-thread side: one outermost group of API calls (a single op = NCCL's implicit group, groupDepth 1;
+  /// several = ncclGroupStart/End, groupDepth 2 unless `user_group` says otherwise). `out[i]` receives op i's
+  /// pending token; `out.size() >= ops.size()`.
+  void enqueue(std::span<const op_desc> ops, std::span<pending_op> out, int user_group = -1) {
+    if (!active_ || ops.empty() || out.size() < ops.size()) return;
+    const bool grouped = user_group < 0 ? ops.size() > 1 : user_group != 0;
+    switch (abi_) {
+      case 4: enqueue_impl<4>(ops, out, grouped); break;
+      case 5: enqueue_impl<5>(ops, out, grouped); break;
+      case 6: enqueue_impl<6>(ops, out, grouped); break;
+      case 7: enqueue_impl<7>(ops, out, grouped); break;
+      default: break;
+    }
+  }
+  pending_op enqueue(const op_desc& op) {
+    pending_op p;
+    enqueue(std::span<const op_desc>(&op, 1), std::span<pending_op>(&p, 1), 0);
+    return p;
+  }
+
+  /// Proxy/profiler-thread side: the kernel finished on every channel. `t[i]` is channel `channel_lo + i`
+  /// (if `t` is shorter, its last entry is reused).
+  void complete(const pending_op& p, std::span<const kernel_time> t) {
+    if (!active_ || t.empty()) return;
+    switch (abi_) {
+      case 4: complete_impl<4>(p, t, true); break;
+      case 5: complete_impl<5>(p, t, true); break;
+      case 6: complete_impl<6>(p, t, true); break;
+      case 7: complete_impl<7>(p, t, true); break;
+      default: break;
+    }
+  }
+  void complete(const pending_op& p, std::uint64_t start_ns, std::uint64_t stop_ns) {
+    const kernel_time t{start_ns, stop_ns};
+    complete(p, std::span<const kernel_time>(&t, 1));
+  }
+  /// KernelCh start only, never stopped (NCCL 2.31 purges in-flight ops at comm destroy; a hung kernel).
+  void start_only(const pending_op& p, std::uint64_t start_ns) {
+    if (!active_) return;
+    const kernel_time t{start_ns, 0};
+    switch (abi_) {
+      case 4: complete_impl<4>(p, std::span<const kernel_time>(&t, 1), false); break;
+      case 5: complete_impl<5>(p, std::span<const kernel_time>(&t, 1), false); break;
+      case 6: complete_impl<6>(p, std::span<const kernel_time>(&t, 1), false); break;
+      case 7: complete_impl<7>(p, std::span<const kernel_time>(&t, 1), false); break;
+      default: break;
+    }
+  }
+
+  /// A PXN ProxyOp progressed in this process on behalf of another: `proxyOp.pid` = `pid`, and both
+  /// `parentObj` and the context pointer are addresses from the other process (never dereference them).
+  void foreign_proxy_op(pid_t pid, std::uint8_t channel, int peer, int rank,
+                        void* foreign_parent = reinterpret_cast<void*>(0x10),
+                        void* foreign_context = reinterpret_cast<void*>(0x20)) {
+    if (!active_) return;
+    switch (abi_) {
+      case 4: foreign_impl<4>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
+      case 5: foreign_impl<5>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
+      case 6: foreign_impl<6>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
+      case 7: foreign_impl<7>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
+      default: break;
+    }
+  }
+
+  /// One ProxyCtrl Append → AppendEnd cycle on the proxy thread (reads the global mask per event, as NCCL).
+  void proxy_ctrl(int appended_ops) {
+    if (!active_) return;
+    switch (abi_) {
+      case 4: proxy_ctrl_impl<4>(appended_ops); break;
+      case 5: proxy_ctrl_impl<5>(appended_ops); break;
+      case 6: proxy_ctrl_impl<6>(appended_ops); break;
+      case 7: proxy_ctrl_impl<7>(appended_ops); break;
+      default: break;
+    }
+  }
+
+  /// ncclCommDestroy: `finalize(context)` if init succeeded and the context is non-NULL. Idempotent.
+  void finalize() {
+    if (!active_) return;
+    active_ = false;
+    if (!context_) return;
+    switch (abi_) {
+      case 4: lib_->table<4>()->finalize(context_); break;
+      case 5: lib_->table<5>()->finalize(context_); break;
+      case 6: lib_->table<6>()->finalize(context_); break;
+      case 7: lib_->table<7>()->finalize(context_); break;
+      default: break;
+    }
+  }
+
+ private:
+  template <int V> using descr_t = typename version<V>::descr;
+
+  template <int V> void clear(descr_t<V>& d) const noexcept {
+    std::memset(static_cast<void*>(&d), (cfg_.shim_quirks && V < 6) ? 0xA5 : 0, sizeof d);
+  }
+  template <int V> void* start(void* ctx, descr_t<V>& d) const {
+    void* h = nullptr;
+    lib_->table<V>()->startEvent(ctx, &h, &d);
+    return h;
+  }
+  template <int V> void stop(void* h) const {
+    if (h) lib_->table<V>()->stopEvent(h);
+  }
+  template <int V> void record(void* h, abi::event_state s, abi::state_args* a) const {
+    if (h) lib_->table<V>()->recordEventState(h, s, a);
+  }
+  /// Args for states NCCL sends without args (19, 23, 24): NULL natively; a garbage struct via the v5 shim.
+  template <int V> abi::state_args* no_args(abi::state_args& scratch) const noexcept {
+    if (V == 5 && cfg_.shim_quirks) {
+      std::memset(static_cast<void*>(&scratch), 0xA5, sizeof scratch);
+      return &scratch;
+    }
+    return nullptr;
+  }
+
+  bool broadcast_emits_coll() const noexcept {
+    if (cfg_.broadcast_coll >= 0) return cfg_.broadcast_coll != 0;
+    return abi_ <= 5 && !cfg_.shim_quirks;
+  }
+
+  static const char* sym_algo(const char* variant) noexcept {
+    const char* u = std::strchr(variant, '_');
+    return u ? u + 1 : variant;
+  }
+
+  template <int V>
+  void enqueue_impl(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {
+    using namespace abi;
+    void* const ctx = context_;
+    const int m = load_mask();  // ncclProfilerApiState.eActivationMask snapshot
+    abi::state_args scratch;
+    descr_t<V> d;
+
+    // -- user thread: ncclGroupStart / taskAppend / ncclGroupEnd (v5+) ---------------------------------
+    void* group_api = nullptr;
+    if constexpr (V >= 5) {
+      if (m & gate::group_api) {
+        clear<V>(d);
+        d.type = ev_group_api;
+        d.groupApi.graphCaptured = ops.front().graph_captured;
+        d.groupApi.groupDepth = grouped ? 2 : 1;
+        group_api = start<V>(ctx, d);
+        record<V>(group_api, st_group_start_api_stop, no_args<V>(scratch));
+      }
+    }
+    bool any_plan_task = false;
+    std::uint8_t cursor = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const op_desc& op = ops[i];
+      pending_op& p = out[i];
+      p = pending_op{};
+      p.mask = m;
+      p.kind = op.kind;
+      p.func = op.func;
+      p.peer = op.peer;
+      p.network = cfg_.n_nodes > 1;
+      p.bytes = op.count * dtype_size(op.dtype);
+      p.symmetric = V >= 7 && op.kernel_variant != nullptr && op.kind == op_kind::coll;
+      p.n_channels = op.n_channels;
+      if (op.kind == op_kind::coll) {
+        if (p.symmetric) {
+          p.channel_lo = 0;
+        } else if (op.channel_lo >= 0) {
+          p.channel_lo = std::uint8_t(op.channel_lo);
+        } else {
+          if (cursor + op.n_channels > 64) cursor = 0;
+          p.channel_lo = cursor;
+          cursor = std::uint8_t(cursor + op.n_channels);
+        }
+      } else if (op.kind == op_kind::p2p) {
+        p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)
+                                          : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
+      }
+      if (op.kind != op_kind::ce_coll) any_plan_task = true;
+      if constexpr (V >= 5) {
+        const bool is_p2p = op.kind == op_kind::p2p;
+        if (m & (is_p2p ? gate::p2p_api : gate::coll_api)) {
+          clear<V>(d);
+          d.parentObj = group_api;
+          if (is_p2p) {
+            d.type = ev_p2p_api;
+            d.p2pApi.func = func_name(op.func);
+            d.p2pApi.count = op.count;
+            d.p2pApi.datatype = dtype_name(op.dtype);
+            d.p2pApi.stream = op.stream;
+            d.p2pApi.graphCaptured = op.graph_captured;
+            if constexpr (V >= 7) d.p2pApi.userTag = op.user_tag;
+          } else {
+            d.type = ev_coll_api;
+            d.collApi.func = func_name(op.func);
+            d.collApi.count = op.count;
+            d.collApi.datatype = dtype_name(op.dtype);
+            d.collApi.root = op.root;
+            d.collApi.stream = op.stream;
+            d.collApi.graphCaptured = op.graph_captured;
+            if constexpr (V >= 7) d.collApi.userTag = op.user_tag;
+          }
+          p.api_handle = start<V>(ctx, d);
+          stop<V>(p.api_handle);
+        }
+      }
+    }
+    if constexpr (V >= 5) record<V>(group_api, st_group_end_api_start, no_args<V>(scratch));
+
+    // -- launch: KernelLaunch, then hostStreamPlanTask (Group, Coll/P2p start, Coll/P2p stop, Group stop) --
+    if (any_plan_task) {
+      if constexpr (V >= 5) {
+        if (m & ev_kernel_launch) {
+          clear<V>(d);
+          d.type = ev_kernel_launch;
+          d.parentObj = group_api;
+          d.kernelLaunch.stream = ops.front().stream;
+          stop<V>(start<V>(ctx, d));
+        }
+      }
+      void* group = nullptr;
+      if (m & gate::group) {
+        clear<V>(d);
+        d.type = ev_group;
+        group = start<V>(ctx, d);
+      }
+      // v4 native (2.27) starts task events only under a non-NULL Group handle; the later shim does not check.
+      const bool tasks_allowed = V >= 5 || group != nullptr || cfg_.shim_quirks;
+      const bool bcast_coll = broadcast_emits_coll();
+      for (int pass = 0; pass < 2; ++pass) {  // plan order: collectives, then P2P
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          const op_desc& op = ops[i];
+          pending_op& p = out[i];
+          if (op.kind == op_kind::ce_coll || (pass == 0) != (op.kind == op_kind::coll)) continue;
+          if (op.kind == op_kind::coll) {
+            const bool no_coll = op.func == nccl_func::broadcast && !bcast_coll;
+            p.seq = seq_[int(op.func)]++;
+            if (no_coll) continue;  // no Coll, no profiler proxy op, no KernelCh (NVIDIA/nccl #2278)
+            p.kernel_events = true;
+            if (!(m & gate::coll) || !tasks_allowed) continue;
+            clear<V>(d);
+            d.type = ev_coll;
+            d.rank = cfg_.rank;
+            d.coll.seqNumber = p.seq;
+            d.coll.func = func_name(op.func);
+            d.coll.sendBuff = op.send_buff;
+            d.coll.recvBuff = op.recv_buff;
+            const bool bytes = op.func == nccl_func::all_gather || op.func == nccl_func::broadcast;
+            d.coll.count = bytes ? op.count * dtype_size(op.dtype) : op.count;
+            d.coll.root = op.root;
+            d.coll.datatype = bytes ? "ncclInt8" : dtype_name(op.dtype);
+            d.coll.nChannels = op.n_channels;
+            d.coll.nWarps = op.n_warps;
+            d.coll.algo = op.algo;
+            d.coll.proto = op.proto;
+            if constexpr (V == 4) {
+              d.parentObj = group;
+            } else {
+              d.parentObj = p.api_handle;
+              d.coll.parentGroup = group;
+            }
+            if constexpr (V >= 7) {
+              d.coll.userTag = op.user_tag;
+              if (p.symmetric) {
+                d.coll.isSymColl = true;
+                d.coll.kernelVariant = op.kernel_variant;
+                d.coll.algo = sym_algo(op.kernel_variant);
+                d.coll.proto = "";
+              }
+            }
+            p.task_handle = start<V>(ctx, d);
+          } else {
+            p.kernel_events = true;
+            if (!(m & gate::p2p) || !tasks_allowed) continue;
+            clear<V>(d);
+            d.type = ev_p2p;
+            d.rank = cfg_.rank;
+            d.p2p.func = func_name(op.func);
+            d.p2p.buff = op.kind == op_kind::p2p && op.func == nccl_func::recv ? op.recv_buff
+                                                                                 : const_cast<void*>(op.send_buff);
+            d.p2p.datatype = dtype_name(op.dtype);
+            d.p2p.count = op.count;
+            d.p2p.peer = op.peer;
+            if constexpr (V == 4) {
+              d.parentObj = group;
+              if (!cfg_.shim_quirks) d.p2p.nChannels = op.n_channels;  // the v4 shim forgets to copy it
+            } else {
+              d.p2p.nChannels = op.n_channels;
+              d.parentObj = p.api_handle;
+              d.p2p.parentGroup = group;
+            }
+            if constexpr (V >= 7) d.p2p.userTag = op.user_tag;
+            p.task_handle = start<V>(ctx, d);
+          }
+        }
+      }
+      for (int pass = 0; pass < 2; ++pass)
+        for (std::size_t i = 0; i < ops.size(); ++i)
+          if (ops[i].kind != op_kind::ce_coll && (pass == 0) == (ops[i].kind == op_kind::coll)) stop<V>(out[i].task_handle);
+      stop<V>(group);
+    }
+
+    // -- CE collectives (v6+): CollApi → CeColl (→ CeSync, CeBatch); never Coll/KernelCh ------------------
+    if constexpr (V >= 6) {
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const op_desc& op = ops[i];
+        pending_op& p = out[i];
+        if (op.kind != op_kind::ce_coll) continue;
+        p.seq = ce_seq_++;
+        if (!(m & gate::ce_coll)) continue;
+        clear<V>(d);
+        d.type = ev_ce_coll;
+        d.parentObj = p.api_handle;
+        d.rank = cfg_.rank;
+        d.ceColl.seqNumber = p.seq;
+        d.ceColl.func = func_name(op.func);
+        d.ceColl.sendBuff = op.send_buff;
+        d.ceColl.recvBuff = op.recv_buff;
+        d.ceColl.count = op.count;
+        d.ceColl.root = op.root;
+        d.ceColl.datatype = dtype_name(op.dtype);
+        d.ceColl.syncStrategy = "UC";
+        d.ceColl.ceSeqNum = std::uint32_t(p.seq);
+        d.ceColl.stream = op.stream;
+        if constexpr (V >= 7) d.ceColl.userTag = op.user_tag;
+        p.ce_handle = start<V>(ctx, d);
+        if (p.ce_handle && (m & ev_ce_sync)) {
+          clear<V>(d);
+          d.type = ev_ce_sync;
+          d.parentObj = p.ce_handle;
+          d.rank = cfg_.rank;
+          d.ceCollSync.isComplete = false;
+          d.ceCollSync.nRanks = cfg_.n_ranks;
+          stop<V>(start<V>(ctx, d));
+        }
+        if (p.ce_handle && (m & ev_ce_batch)) {
+          clear<V>(d);
+          d.type = ev_ce_batch;
+          d.parentObj = p.ce_handle;
+          d.rank = cfg_.rank;
+          d.ceCollBatch.numOps = cfg_.n_ranks > 1 ? cfg_.n_ranks - 1 : 1;
+          d.ceCollBatch.totalBytes = p.bytes * std::size_t(cfg_.n_ranks > 1 ? cfg_.n_ranks - 1 : 1);
+          d.ceCollBatch.useIntraSync = false;
+          stop<V>(start<V>(ctx, d));
+        }
+        stop<V>(p.ce_handle);
+      }
+    }
+    if constexpr (V >= 5) stop<V>(group_api);
+  }
+
+  template <int V>
+  void proxy_ops_for_channel(const pending_op& p, std::uint8_t ch, descr_t<V>& d) const {
+    using namespace abi;
+    void* const ctx = context_;
+    static char net_data[64] = {};  // network-plugin-defined blob
+    for (int is_send = 1; is_send >= 0; --is_send) {
+      clear<V>(d);
+      d.type = ev_proxy_op;
+      d.parentObj = p.task_handle;
+      d.rank = cfg_.rank;
+      d.proxyOp.pid = cfg_.pid;
+      d.proxyOp.channelId = ch;
+      d.proxyOp.peer = p.peer >= 0 ? p.peer : (cfg_.rank + (is_send ? 1 : cfg_.n_ranks - 1)) % (cfg_.n_ranks > 0 ? cfg_.n_ranks : 1);
+      d.proxyOp.nSteps = cfg_.proxy_steps;
+      d.proxyOp.chunkSize = 1 << 19;
+      d.proxyOp.isSend = is_send;
+      void* op_h = start<V>(ctx, d);
+      abi::state_args scratch{};
+      abi::state_args* in_progress_args = no_args<V>(scratch);  // garbage via the v5 shim
+      record<V>(op_h, st_proxy_op_in_progress_v4, in_progress_args ? in_progress_args : &scratch);
+      const std::size_t per_step =
+          p.n_channels && cfg_.proxy_steps > 0 ? p.bytes / (std::size_t(p.n_channels) * std::size_t(cfg_.proxy_steps)) : p.bytes;
+      for (int s = 0; s < cfg_.proxy_steps; ++s) {
+        if (!(p.mask & gate::proxy_step) || (V == 4 && !op_h)) continue;
+        clear<V>(d);
+        d.type = ev_proxy_step;
+        d.parentObj = op_h;
+        d.rank = cfg_.rank;
+        d.proxyStep.step = s;
+        void* st = start<V>(ctx, d);
+        abi::state_args a{};
+        a.proxyStep.transSize = per_step;
+        static constexpr abi::event_state send_states[] = {abi::event_state(8), abi::st_proxy_step_send_peer_wait_v4,
+                                                            abi::event_state(9)};
+        static constexpr abi::event_state recv_states[] = {abi::event_state(10), abi::event_state(11),
+                                                            abi::event_state(12)};
+        for (abi::event_state es : is_send ? send_states : recv_states)
+          if (op_h) record<V>(st, es, &a);
+        if (p.mask & ev_net_plugin) {
+          clear<V>(d);
+          d.type = ev_net_plugin;
+          d.parentObj = st;
+          d.rank = cfg_.rank;
+          d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
+          d.netPlugin.data = net_data;
+          void* nh = start<V>(ctx, d);
+          abi::state_args na{};
+          na.netPlugin.data = net_data;
+          record<V>(nh, st_net_plugin_update, &na);
+          stop<V>(nh);
+        }
+        stop<V>(st);
+      }
+      stop<V>(op_h);
+    }
+  }
+
+  template <int V>
+  void complete_impl(const pending_op& p, std::span<const kernel_time> t, bool finish) const {
+    using namespace abi;
+    if (!p.kernel_events) return;
+    void* const ctx = context_;
+    descr_t<V> d;
+    const bool want_kch = (p.mask & ev_kernel_ch) != 0;
+    const bool want_proxy = finish && p.network && (p.mask & gate::proxy_op) != 0;
+    const bool want_phase = V >= 7 && p.symmetric && (p.mask & ev_kernel_phase) != 0;
+    if (finish && (load_mask() & ev_proxy_ctrl)) proxy_ctrl_impl<V>(p.n_channels);
+    for (std::uint8_t i = 0; i < p.n_channels; ++i) {
+      const kernel_time& kt = t[i < t.size() ? i : t.size() - 1];
+      const std::uint8_t ch = std::uint8_t(p.channel_lo + i);
+      void* kh = nullptr;
+      if (want_kch) {
+        clear<V>(d);
+        d.type = ev_kernel_ch;
+        d.parentObj = p.task_handle;
+        d.kernelCh.channelId = ch;
+        d.kernelCh.pTimer = kt.start_ns;
+        kh = start<V>(ctx, d);
+      }
+      if (want_proxy) proxy_ops_for_channel<V>(p, ch, d);
+      if (!finish || !want_kch) continue;
+      if constexpr (V >= 7) {
+        if (want_phase) {
+          static constexpr const char* names[3] = {"initial_sync", "compute", "final_sync"};
+          const std::uint64_t len = kt.stop_ns > kt.start_ns ? kt.stop_ns - kt.start_ns : 0;
+          const std::uint64_t b[4] = {kt.start_ns, kt.start_ns + len / 20, kt.stop_ns - len / 20, kt.stop_ns};
+          for (std::uint8_t ph = 0; ph < 3; ++ph) {
+            if (b[ph + 1] <= b[ph]) continue;  // zero-length phases are skipped
+            clear<V>(d);
+            d.type = ev_kernel_phase;
+            d.parentObj = kh;
+            d.kernelPhase.channelId = ch;
+            d.kernelPhase.phaseId = ph;
+            d.kernelPhase.phaseName = names[ph];
+            d.kernelPhase.pTimer = b[ph];
+            void* h = start<V>(ctx, d);
+            abi::state_args a{};
+            a.kernelCh.pTimer = b[ph + 1];
+            record<V>(h, st_kernel_phase_stop, &a);
+            stop<V>(h);
+          }
+        }
+      }
+      abi::state_args a{};
+      a.kernelCh.pTimer = kt.stop_ns;
+      record<V>(kh, st_kernel_ch_stop, &a);
+      stop<V>(kh);
+    }
+  }
+
+  template <int V>
+  void foreign_impl(pid_t pid, std::uint8_t channel, int peer, int rank, void* parent, void* ctx) const {
+    using namespace abi;
+    const int m = load_mask();
+    if (!(m & gate::proxy_op)) return;
+    descr_t<V> d;
+    clear<V>(d);
+    d.type = ev_proxy_op;
+    d.parentObj = parent;
+    d.rank = rank;
+    d.proxyOp.pid = pid;
+    d.proxyOp.channelId = channel;
+    d.proxyOp.peer = peer;
+    d.proxyOp.nSteps = 1;
+    d.proxyOp.chunkSize = 1 << 19;
+    d.proxyOp.isSend = 1;
+    void* h = start<V>(ctx, d);
+    if (m & gate::proxy_step) {
+      clear<V>(d);
+      d.type = ev_proxy_step;
+      d.parentObj = h;
+      d.rank = rank;
+      d.proxyStep.step = 0;
+      void* sh = start<V>(ctx, d);
+      abi::state_args a{};
+      a.proxyStep.transSize = 1 << 19;
+      if (h) record<V>(sh, abi::event_state(9), &a);
+      stop<V>(sh);
+    }
+    stop<V>(h);
+  }
+
+  template <int V> void proxy_ctrl_impl(int appended) const {
+    using namespace abi;
+    if (!(load_mask() & ev_proxy_ctrl)) return;
+    descr_t<V> d;
+    clear<V>(d);
+    d.type = ev_proxy_ctrl;
+    void* h = start<V>(context_, d);
+    abi::state_args a{};
+    record<V>(h, abi::event_state(17), &a);  // ProxyCtrlAppend
+    a.proxyCtrl.appendedProxyOps = appended;
+    record<V>(h, abi::event_state(18), &a);  // ProxyCtrlAppendEnd
+    stop<V>(h);
+  }
+
+  const plugin_library* lib_;
+  comm_config cfg_;
+  int abi_ = 0;
+  void* context_ = nullptr;
+  abi::result_t init_result_ = abi::internal_error;
+  bool active_ = false;
+  std::uint64_t seq_[num_funcs] = {};
+  std::uint64_t ce_seq_ = 0;
+};
+
+}  // namespace ncclinsp::sim
