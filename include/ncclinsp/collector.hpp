@@ -1,0 +1,428 @@
+#pragma once
+/// collector<Traits>: aggregates completed ops into per-thread shards (hot path) and turns them
+/// into a snapshot (exporter thread).
+///
+/// Hot path (record, note_started, note_filtered, note_dropped): noexcept, no lock, no allocation
+/// after a thread's first call (its shard is allocated then), and each thread writes only its own
+/// shard's cache lines. Per-communicator completion counters live on their own cache line, written
+/// by the thread that completes that communicator's ops (NCCL's proxy/profiler thread).
+/// Cold path (add_comm, retire_comm): thread-safe, takes a mutex.
+/// take_snapshot(): one consumer thread at a time (the exporter).
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "ncclinsp/bandwidth.hpp"
+#include "ncclinsp/bucketing.hpp"
+#include "ncclinsp/detail/platform.hpp"
+#include "ncclinsp/detail/thread_slot.hpp"
+#include "ncclinsp/histogram.hpp"
+#include "ncclinsp/model.hpp"
+#include "ncclinsp/snapshot.hpp"
+#include "ncclinsp/traits.hpp"
+
+namespace ncclinsp {
+
+/// Runtime settings of a collector.
+struct collector_options {
+  /// Keep per-op records for JSON-lines output; capacity per thread shard (0 = off).
+  std::uint32_t record_ring_capacity = 0;
+  /// Turn v7 user tags into a bounded label (Traits::max_user_tags distinct values).
+  bool user_tag_label = false;
+  process_identity identity;
+};
+
+/// Handle of a registered communicator; cheap to copy.
+using comm_handle = std::uint32_t;
+inline constexpr comm_handle invalid_comm = ~comm_handle{0};
+
+template <class Traits = default_traits>
+class collector {
+ public:
+  /// Returns the CPU steady time (ns) at which the oldest in-flight op of a communicator started,
+  /// or 0 when none. Called on the exporter thread while the communicator is live.
+  using inflight_probe = std::function<std::uint64_t()>;
+
+  explicit collector(collector_options opts = {}) : opts_(std::move(opts)), comms_(new comm_slot[Traits::max_comms]) {}
+  ~collector() {
+    for (auto& s : shards_) delete s.load(std::memory_order_acquire);
+  }
+  collector(const collector&) = delete;
+  collector& operator=(const collector&) = delete;
+
+  /// Registers a communicator (cold). Returns invalid_comm when the table is full (counted).
+  comm_handle add_comm(comm_desc desc, inflight_probe probe = {}) noexcept {
+    std::lock_guard lk(mu_);
+    if (n_comms_ >= Traits::max_comms) {
+      comm_table_full_.fetch_add(1, std::memory_order_relaxed);
+      return invalid_comm;
+    }
+    comm_slot& c = comms_[n_comms_];
+    try {
+      c.desc = std::move(desc);
+      c.probe = std::move(probe);
+    } catch (...) {
+      comm_table_full_.fetch_add(1, std::memory_order_relaxed);
+      return invalid_comm;
+    }
+    c.state.store(comm_live, std::memory_order_release);
+    return n_comms_++;
+  }
+
+  /// Marks a communicator finalized (cold): it appears once more, flagged retired, then no more.
+  /// `abandoned` = ops still in flight that will never complete.
+  void retire_comm(comm_handle h, std::uint64_t abandoned) noexcept {
+    if (h >= Traits::max_comms) return;
+    std::lock_guard lk(mu_);
+    comm_slot& c = comms_[h];
+    c.abandoned.fetch_add(abandoned, std::memory_order_relaxed);
+    c.probe = nullptr;
+    c.state.store(comm_retired, std::memory_order_release);
+  }
+
+  /// Hot: an op of `h` was handed to the GPU (in-flight accounting).
+  void note_started(comm_handle h) noexcept {
+    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    comms_[h].started.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// Hot: an op was skipped on purpose. no_gpu_timing ops had started, so they complete here.
+  void note_filtered(comm_handle h, filter_reason r) noexcept {
+    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    comm_slot& c = comms_[h];
+    if (r == filter_reason::min_size)
+      c.filtered_min_size.fetch_add(1, std::memory_order_relaxed);
+    else {
+      c.filtered_no_gpu.fetch_add(1, std::memory_order_relaxed);
+      c.completed.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  /// Hot (rare): an event was lost.
+  NCCLINSP_COLD void note_dropped(comm_handle h, drop_reason r) noexcept {
+    if (h >= Traits::max_comms) {
+      comm_table_full_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    comms_[h].dropped[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// Hot: one completed op of communicator `h`.
+  void record(comm_handle h, const op_record& op) noexcept {
+    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY {
+      comm_table_full_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    comm_slot& c = comms_[h];
+    const std::uint32_t slot = detail::thread_slot();
+    const bool exclusive = slot < Traits::max_shards - 1;
+    shard* s = get_shard(exclusive ? slot : Traits::max_shards - 1);
+    c.completed.fetch_add(1, std::memory_order_relaxed);
+    c.last_seq_plus1[static_cast<std::size_t>(op.fn)].store(op.seq + 1, std::memory_order_relaxed);
+    if (!s) NCCLINSP_UNLIKELY {
+      c.dropped[static_cast<std::size_t>(drop_reason::table_full)].fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const std::uint64_t dur = op.duration_ns();
+    const bool valid = op.bytes_valid && op.bytes > 0 && dur > 0 && op.fn != func::unknown;
+    const std::uint32_t tag = opts_.user_tag_label ? tag_index(op.user_tag) : 0;
+    const std::uint64_t key = make_key(h, op, valid ? inspector_bucketer::index(op.bytes) : 0, tag);
+    cell* cl = find_cell(*s, key, exclusive);
+    if (!cl) NCCLINSP_UNLIKELY {
+      bump(s->table_full, 1, exclusive);
+      c.dropped[static_cast<std::size_t>(drop_reason::table_full)].fetch_add(1, std::memory_order_relaxed);
+    } else {
+      bump(cl->ops, 1, exclusive);
+      if (!valid) NCCLINSP_UNLIKELY {
+        bump(cl->invalid, 1, exclusive);
+      } else {
+        const int n = c.desc.nranks;
+        bump(cl->bytes, op.bytes, exclusive);
+        bump(cl->busy_ns, dur, exclusive);
+        bump(cl->hist[duration_bucket(dur)], 1, exclusive);
+        const double bb = bus_bytes(op.fn, op.bytes, n);
+        if (bb > 0) {
+          bump(cl->bus_bytes, bb, exclusive);
+          bump(cl->bw_count, 1, exclusive);
+          bump(cl->log_busbw_sum, std::log(bb / static_cast<double>(dur)), exclusive);
+        }
+      }
+    }
+    if (s->ring) push_record(*s, h, op, exclusive, c);
+  }
+
+  /// Cold: builds a snapshot. Call from one thread at a time (the exporter).
+  snapshot take_snapshot(bool final = false) {
+    snapshot snap;
+    snap.final = final;
+    snap.time_unix_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    const std::uint64_t now_steady = steady_ns();
+    snap.identity = opts_.identity;
+    snap.comm_table_full = comm_table_full_.load(std::memory_order_relaxed);
+
+    // Communicators: a retired one is exported once more (its final values), then skipped.
+    std::vector<std::uint32_t> comm_index(Traits::max_comms, ~0u);
+    {
+      std::lock_guard lk(mu_);
+      for (std::uint32_t i = 0; i < n_comms_; ++i) {
+        comm_slot& c = comms_[i];
+        const int st = c.state.load(std::memory_order_acquire);
+        if (st != comm_live && st != comm_retired) continue;
+        comm_snapshot cs;
+        cs.desc = c.desc;
+        cs.retired = st == comm_retired;
+        cs.started = c.started.load(std::memory_order_relaxed);
+        cs.completed = c.completed.load(std::memory_order_relaxed);
+        cs.abandoned = c.abandoned.load(std::memory_order_relaxed);
+        const std::uint64_t done = cs.completed + cs.abandoned;
+        cs.inflight = cs.started > done ? cs.started - done : 0;
+        if (cs.inflight && c.probe) {
+          std::uint64_t oldest = 0;
+          try { oldest = c.probe(); } catch (...) {}
+          if (oldest && oldest < now_steady) cs.oldest_inflight_age_s = static_cast<double>(now_steady - oldest) * 1e-9;
+        }
+        if (cs.completed != c.seen_completed) {
+          c.seen_completed = cs.completed;
+          c.last_change_steady = now_steady;
+        }
+        if (c.last_change_steady) cs.since_last_completion_s = static_cast<double>(now_steady - c.last_change_steady) * 1e-9;
+        for (std::size_t f = 0; f < func_count; ++f) cs.last_seq_plus1[f] = c.last_seq_plus1[f].load(std::memory_order_relaxed);
+        for (std::size_t r = 0; r < cs.dropped.size(); ++r) cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
+        cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
+        cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
+        if (cs.retired) c.state.store(comm_gone, std::memory_order_relaxed);
+        comm_index[i] = static_cast<std::uint32_t>(snap.comms.size());
+        snap.comms.push_back(std::move(cs));
+      }
+    }
+
+    // Cells: merge the shards by key, then diff against the previous snapshot for the window.
+    std::unordered_map<std::uint64_t, cell_stats> totals;
+    for (auto& sp : shards_) {
+      shard* s = sp.load(std::memory_order_acquire);
+      if (!s) continue;
+      for (std::uint32_t i = 0; i < Traits::cells_per_shard; ++i) {
+        const std::uint64_t key = s->cells[i].key.load(std::memory_order_acquire);
+        if (key == 0) continue;
+        const cell& cl = s->cells[i];
+        cell_stats& t = totals[key];
+        t.ops += cl.ops.load(std::memory_order_relaxed);
+        t.invalid += cl.invalid.load(std::memory_order_relaxed);
+        t.bytes += cl.bytes.load(std::memory_order_relaxed);
+        t.busy_ns += cl.busy_ns.load(std::memory_order_relaxed);
+        t.bw_count += cl.bw_count.load(std::memory_order_relaxed);
+        t.bus_bytes += cl.bus_bytes.load(std::memory_order_relaxed);
+        t.log_busbw_sum += cl.log_busbw_sum.load(std::memory_order_relaxed);
+        for (std::size_t b = 0; b < duration_buckets; ++b) t.hist[b] += cl.hist[b].load(std::memory_order_relaxed);
+      }
+      if (s->ring) drain_records(*s, snap, comm_index);
+    }
+    for (auto& [key, t] : totals) {
+      const std::uint32_t h = key_comm(key);
+      if (h >= Traits::max_comms || comm_index[h] == ~0u) continue;
+      cell_snapshot cs;
+      decode_key(key, cs);
+      cs.comm = comm_index[h];
+      cs.total = t;
+      cell_stats& prev = prev_[key];
+      cs.window = diff(t, prev);
+      prev = t;
+      snap.cells.push_back(cs);
+    }
+    for (std::uint32_t i = 0; i < Traits::max_user_tags; ++i) {
+      const std::uint64_t v = tags_[i].load(std::memory_order_acquire);
+      if (v == 0) break;
+      snap.user_tags.push_back(v);
+    }
+    return snap;
+  }
+
+  const collector_options& options() const noexcept { return opts_; }
+
+  /// CPU steady clock in ns (the clock inflight probes must use).
+  static std::uint64_t steady_ns() noexcept {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
+
+ private:
+  static constexpr int comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
+
+  struct alignas(detail::cache_line) cell {
+    std::atomic<std::uint64_t> key{0};
+    std::atomic<std::uint64_t> ops{0}, invalid{0}, bytes{0}, busy_ns{0}, bw_count{0};
+    std::atomic<double> bus_bytes{0}, log_busbw_sum{0};
+    std::array<std::atomic<std::uint64_t>, duration_buckets> hist{};
+  };
+
+  struct record_slot {
+    comm_handle comm;
+    op_record op;
+  };
+
+  struct shard {
+    std::unique_ptr<cell[]> cells{new cell[Traits::cells_per_shard]};
+    std::unique_ptr<record_slot[]> ring;
+    std::uint32_t ring_cap = 0;
+    alignas(detail::cache_line) std::atomic<std::uint64_t> head{0};  // written by the recording thread
+    std::atomic<std::uint64_t> table_full{0};
+    alignas(detail::cache_line) std::atomic<std::uint64_t> tail{0};  // written by the exporter
+  };
+
+  // One communicator. Lines are split by writer: enqueue thread / completing thread / cold.
+  struct comm_slot {
+    alignas(detail::cache_line) std::atomic<std::uint64_t> started{0};
+    std::atomic<std::uint64_t> filtered_min_size{0};
+    alignas(detail::cache_line) std::atomic<std::uint64_t> completed{0};
+    std::atomic<std::uint64_t> filtered_no_gpu{0};
+    std::array<std::atomic<std::uint64_t>, func_count> last_seq_plus1{};
+    alignas(detail::cache_line) std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(drop_reason::count_)> dropped{};
+    std::atomic<std::uint64_t> abandoned{0};
+    std::atomic<int> state{comm_free};
+    comm_desc desc;
+    inflight_probe probe;
+    std::uint64_t seen_completed = 0;      // exporter only
+    std::uint64_t last_change_steady = 0;  // exporter only
+  };
+
+  // key: 1 (valid) | tag 5 | comm 12 | func 4 | algo 4 | proto 3 | timing 2 | size 32
+  static constexpr std::uint64_t make_key(comm_handle h, const op_record& op, std::uint32_t size_idx, std::uint32_t tag) noexcept {
+    return (std::uint64_t{1} << 63) | (std::uint64_t{tag & 31u} << 58) | (std::uint64_t{h & 0xFFFu} << 46) |
+           (std::uint64_t{static_cast<std::uint8_t>(op.fn) & 15u} << 42) | (std::uint64_t{static_cast<std::uint8_t>(op.alg) & 15u} << 38) |
+           (std::uint64_t{static_cast<std::uint8_t>(op.pro) & 7u} << 35) | (std::uint64_t{static_cast<std::uint8_t>(op.timing) & 3u} << 33) |
+           size_idx;
+  }
+  static constexpr std::uint32_t key_comm(std::uint64_t k) noexcept { return static_cast<std::uint32_t>((k >> 46) & 0xFFF); }
+  static void decode_key(std::uint64_t k, cell_snapshot& c) noexcept {
+    c.tag_index = static_cast<std::uint32_t>((k >> 58) & 31);
+    c.fn = static_cast<func>((k >> 42) & 15);
+    c.alg = static_cast<algo>((k >> 38) & 15);
+    c.pro = static_cast<proto>((k >> 35) & 7);
+    c.timing = static_cast<timing_source>((k >> 33) & 3);
+    c.size_index = static_cast<std::uint32_t>(k & 0xFFFFFFFFu);
+  }
+  static_assert(Traits::max_comms <= 4096, "comm handles use 12 key bits");
+  static_assert(Traits::max_user_tags <= 30, "tags use 5 key bits; 31 is \"other\"");
+  static_assert((Traits::cells_per_shard & (Traits::cells_per_shard - 1)) == 0, "cells_per_shard must be a power of two");
+  static_assert(Traits::max_shards >= 2);
+
+  // Single-writer shards use a plain load+store (no lock prefix); the shared overflow shard uses RMW.
+  template <class T>
+  static void bump(std::atomic<T>& a, std::type_identity_t<T> v, bool exclusive) noexcept {
+    if (exclusive) NCCLINSP_LIKELY
+      a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    else
+      a.fetch_add(v, std::memory_order_relaxed);
+  }
+
+  shard* get_shard(std::uint32_t idx) noexcept {
+    shard* s = shards_[idx].load(std::memory_order_acquire);
+    if (s) NCCLINSP_LIKELY return s;
+    return make_shard(idx);
+  }
+  NCCLINSP_COLD shard* make_shard(std::uint32_t idx) noexcept {
+    shard* fresh = nullptr;
+    try {
+      fresh = new shard;
+      if (opts_.record_ring_capacity) {
+        fresh->ring_cap = opts_.record_ring_capacity;
+        fresh->ring.reset(new record_slot[fresh->ring_cap]);
+      }
+    } catch (...) {
+      delete fresh;
+      return nullptr;
+    }
+    shard* expected = nullptr;
+    if (shards_[idx].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+    delete fresh;  // another thread of the overflow shard won
+    return expected;
+  }
+
+  static cell* find_cell(shard& s, std::uint64_t key, bool exclusive) noexcept {
+    constexpr std::uint32_t mask = Traits::cells_per_shard - 1;
+    std::uint32_t i = static_cast<std::uint32_t>((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+    for (std::uint32_t probe = 0; probe < Traits::cells_per_shard; ++probe, i = (i + 1) & mask) {
+      cell& c = s.cells[i];
+      std::uint64_t k = c.key.load(std::memory_order_relaxed);
+      if (k == key) NCCLINSP_LIKELY return &c;
+      if (k != 0) continue;
+      if (exclusive) {
+        c.key.store(key, std::memory_order_release);  // publish: the exporter reads keys with acquire
+        return &c;
+      }
+      if (c.key.compare_exchange_strong(k, key, std::memory_order_acq_rel) || k == key) return &c;
+    }
+    return nullptr;
+  }
+
+  void push_record(shard& s, comm_handle h, const op_record& op, bool exclusive, comm_slot& c) noexcept {
+    if (!exclusive) {
+      // The shared shard has several producers; per-op records there are dropped and counted.
+      c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const std::uint64_t head = s.head.load(std::memory_order_relaxed);
+    if (head - s.tail.load(std::memory_order_acquire) >= s.ring_cap) NCCLINSP_UNLIKELY {
+      c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    s.ring[head % s.ring_cap] = record_slot{h, op};
+    s.head.store(head + 1, std::memory_order_release);
+  }
+
+  void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index) {
+    const std::uint64_t head = s.head.load(std::memory_order_acquire);
+    std::uint64_t tail = s.tail.load(std::memory_order_relaxed);
+    for (; tail != head; ++tail) {
+      const record_slot& r = s.ring[tail % s.ring_cap];
+      if (r.comm < Traits::max_comms && comm_index[r.comm] != ~0u) snap.records.push_back({comm_index[r.comm], r.op});
+    }
+    s.tail.store(tail, std::memory_order_release);
+  }
+
+  std::uint32_t tag_index(std::uint64_t tag) noexcept {
+    if (tag == 0) return 0;
+    for (std::uint32_t i = 0; i < Traits::max_user_tags; ++i) {
+      std::uint64_t v = tags_[i].load(std::memory_order_acquire);
+      if (v == tag) return i + 1;
+      if (v == 0) {
+        if (tags_[i].compare_exchange_strong(v, tag, std::memory_order_acq_rel) || v == tag) return i + 1;
+      }
+    }
+    return 31;  // "other": rendered by the serializers without a snapshot::user_tags entry
+  }
+
+  static cell_stats diff(const cell_stats& a, const cell_stats& b) noexcept {
+    cell_stats d;
+    d.ops = a.ops - b.ops;
+    d.invalid = a.invalid - b.invalid;
+    d.bytes = a.bytes - b.bytes;
+    d.busy_ns = a.busy_ns - b.busy_ns;
+    d.bw_count = a.bw_count - b.bw_count;
+    d.bus_bytes = a.bus_bytes - b.bus_bytes;
+    d.log_busbw_sum = a.log_busbw_sum - b.log_busbw_sum;
+    for (std::size_t i = 0; i < duration_buckets; ++i) d.hist[i] = a.hist[i] - b.hist[i];
+    return d;
+  }
+
+  collector_options opts_;
+  std::unique_ptr<comm_slot[]> comms_;
+  std::uint32_t n_comms_ = 0;  // guarded by mu_
+  std::mutex mu_;
+  std::array<std::atomic<shard*>, Traits::max_shards> shards_{};
+  std::array<std::atomic<std::uint64_t>, Traits::max_user_tags> tags_{};
+  alignas(detail::cache_line) std::atomic<std::uint64_t> comm_table_full_{0};
+  std::unordered_map<std::uint64_t, cell_stats> prev_;  // exporter only
+};
+
+}  // namespace ncclinsp

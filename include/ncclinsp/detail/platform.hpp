@@ -1,0 +1,16 @@
+#pragma once
+/// Small portability helpers shared by every header. No state.
+#include <cstddef>
+
+namespace ncclinsp::detail {
+/// One cache line; shards and per-thread data are aligned to it so no two writers share a line.
+inline constexpr std::size_t cache_line = 64;
+}  // namespace ncclinsp::detail
+
+#define NCCLINSP_LIKELY [[likely]]
+#define NCCLINSP_UNLIKELY [[unlikely]]
+#if defined(__GNUC__)
+#define NCCLINSP_COLD [[gnu::cold, gnu::noinline]]
+#else
+#define NCCLINSP_COLD
+#endif

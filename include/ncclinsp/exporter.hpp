@@ -1,0 +1,166 @@
+#pragma once
+/// exporter: one background thread that takes a snapshot of a collector every `interval` and
+/// hands it to every sink, in order. stop() wakes it at once, takes a final snapshot, writes it,
+/// calls each sink's shutdown(), and joins; with a timeout it never waits longer than asked (the
+/// thread is then detached, and the caller must keep the collector and sinks alive, as the plugin
+/// does). Sinks run only on this thread. Thread-safety: start/flush/stop may be called from any
+/// thread; the destructor joins.
+///
+/// \code
+/// ncclinsp::collector<> col;
+/// std::vector<ncclinsp::any_sink> sinks;
+/// sinks.emplace_back(ncclinsp::prom_textfile_sink({.dir = "/var/lib/node_exporter"}));
+/// ncclinsp::exporter ex(col, std::move(sinks), {.interval = std::chrono::seconds(5)});
+/// ex.start();
+/// \endcode
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ncclinsp/log.hpp"
+#include "ncclinsp/sink.hpp"
+
+namespace ncclinsp {
+
+struct exporter_options {
+  /// Time between exports; zero or negative exports only at flush() and stop().
+  std::chrono::milliseconds interval{1000};
+  log_fn log;
+};
+
+template <class Collector>
+class exporter {
+ public:
+  exporter(Collector& c, std::vector<any_sink> sinks, exporter_options o = {})
+      : st_(std::make_shared<state>(c, std::move(sinks), std::move(o))) {}
+  ~exporter() { stop(std::chrono::milliseconds::max()); }
+  exporter(const exporter&) = delete;
+  exporter& operator=(const exporter&) = delete;
+
+  /// Starts the thread (idempotent). Returns false if it could not be created.
+  bool start() noexcept {
+    std::lock_guard lk(st_->mu);
+    if (st_->started) return true;
+    try {
+      thread_ = std::thread([s = st_] { s->run(); });
+      st_->started = true;
+    } catch (...) {
+      emit(st_->opts.log, log_level::warn, "cannot start the exporter thread");
+      return false;
+    }
+    return true;
+  }
+
+  /// Asks for an export now and waits for it (up to `timeout`). Returns true when it completed.
+  bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::unique_lock lk(st_->mu);
+    if (!st_->started || st_->stopping) return false;
+    const std::uint64_t want = ++st_->flush_requests;
+    st_->cv.notify_all();
+    return st_->done_cv.wait_for(lk, timeout, [&] { return st_->flushes_done >= want || st_->finished; });
+  }
+
+  /// Final export, sink shutdown, join. Returns false if the thread did not finish in `timeout`.
+  bool stop(std::chrono::milliseconds timeout = std::chrono::milliseconds(100)) noexcept {
+    {
+      std::unique_lock lk(st_->mu);
+      if (st_->stop_called) return st_->finished;
+      st_->stop_called = true;
+      if (!st_->started) {
+        if (!st_->finished) {
+          st_->finished = true;
+          lk.unlock();
+          st_->final_export();
+        }
+        return true;
+      }
+      st_->stopping = true;
+      st_->cv.notify_all();
+      const bool ok = timeout == std::chrono::milliseconds::max()
+                          ? (st_->done_cv.wait(lk, [&] { return st_->finished; }), true)
+                          : st_->done_cv.wait_for(lk, timeout, [&] { return st_->finished; });
+      st_->started = false;
+      if (!ok) {
+        lk.unlock();
+        emit(st_->opts.log, log_level::warn, "exporter did not finish within the shutdown timeout; detaching it");
+        if (thread_.joinable()) thread_.detach();
+        return false;
+      }
+    }
+    if (thread_.joinable()) thread_.join();
+    return true;
+  }
+
+  /// Number of exports written so far (tests, health).
+  std::uint64_t exports() const noexcept {
+    std::lock_guard lk(st_->mu);
+    return st_->exports;
+  }
+
+ private:
+  struct state {
+    state(Collector& c, std::vector<any_sink> s, exporter_options o) : col(c), sinks(std::move(s)), opts(std::move(o)) {}
+    Collector& col;
+    std::vector<any_sink> sinks;
+    exporter_options opts;
+    mutable std::mutex mu;
+    std::condition_variable cv, done_cv;
+    bool started = false, stopping = false, finished = false, stop_called = false;
+    std::uint64_t flush_requests = 0, flushes_done = 0, exports = 0;
+
+    void export_once(bool final) noexcept {
+      try {
+        const auto snap = col.take_snapshot(final);
+        for (auto& s : sinks) s.write(snap);
+      } catch (...) {
+        emit(opts.log, log_level::warn, "export failed (out of memory?); retrying at the next interval");
+      }
+      std::lock_guard lk(mu);
+      ++exports;
+    }
+    void final_export() noexcept {
+      export_once(true);
+      for (auto& s : sinks) s.shutdown();
+    }
+    void run() noexcept {
+      std::unique_lock lk(mu);
+      auto next = std::chrono::steady_clock::now() + opts.interval;
+      while (!stopping) {
+        const bool periodic = opts.interval.count() > 0;
+        auto wake = [&] { return stopping || flush_requests > flushes_done; };
+        if (periodic)
+          cv.wait_until(lk, next, wake);
+        else
+          cv.wait(lk, wake);
+        if (stopping) break;
+        const std::uint64_t req = flush_requests;
+        lk.unlock();
+        export_once(false);
+        lk.lock();
+        flushes_done = req;
+        done_cv.notify_all();
+        if (periodic && std::chrono::steady_clock::now() >= next) {
+          next += opts.interval;
+          if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + opts.interval;
+        }
+      }
+      lk.unlock();
+      final_export();
+      lk.lock();
+      finished = true;
+      flushes_done = flush_requests;
+      done_cv.notify_all();
+    }
+  };
+  std::shared_ptr<state> st_;
+  std::thread thread_;
+};
+
+}  // namespace ncclinsp

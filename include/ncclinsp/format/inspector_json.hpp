@@ -1,0 +1,126 @@
+#pragma once
+/// Snapshot -> JSON lines in NVIDIA Inspector's record layout (`header`, `metadata`,
+/// `coll_perf` / `p2p_perf`), format v4.3 (with `coll_algo`/`coll_proto` and user tags as decimal
+/// strings), plus a `dump_stats` record per communicator and export with totals and drops.
+/// Differences from Inspector, on purpose: the full 16-digit communicator hash, exec time with
+/// sub-microsecond decimals, the op's own completion time (`*_end_ts_ns`), the real channel count.
+/// Thread-safety: pure functions (cold path).
+
+#include <string>
+
+#include "ncclinsp/bandwidth.hpp"
+#include "ncclinsp/format/text.hpp"
+#include "ncclinsp/snapshot.hpp"
+#include "ncclinsp/version.hpp"
+
+namespace ncclinsp::format {
+
+inline constexpr const char* inspector_format_version = "v4.3";
+
+namespace detail {
+inline void json_header_metadata(std::string& out, const snapshot& snap, const comm_desc& d) {
+  out += "{\"header\":{\"id\":\"0x";
+  append_hex64(out, d.hash);
+  out += "\",\"comm_name\":";
+  append_json_string(out, d.name.empty() ? std::string_view("unknown") : std::string_view(d.name));
+  out += ",\"rank\":";
+  append_int(out, d.rank);
+  out += ",\"n_ranks\":";
+  append_int(out, d.nranks);
+  out += ",\"nnodes\":";
+  append_int(out, d.nnodes);
+  out += "},\"metadata\":{\"inspector_output_format_version\":\"";
+  out += inspector_format_version;
+  out += "\",\"git_rev\":\"ncclinsp-" NCCLINSP_VERSION_STRING "\",\"rec_mechanism\":\"nccl_profiler_interface\",\"dump_timestamp_us\":";
+  append_int(out, snap.time_unix_ns / 1000);
+  out += ",\"hostname\":";
+  append_json_string(out, snap.identity.hostname);
+  out += ",\"pid\":";
+  append_int(out, snap.identity.pid);
+  out += "}";
+}
+}  // namespace detail
+
+/// One completed op as one JSON line (newline included).
+inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r) {
+  const comm_desc& d = snap.comms[r.comm].desc;
+  const op_record& op = r.op;
+  const bool p2p = is_p2p(op.fn);
+  const std::string_view p = p2p ? "p2p" : "coll";
+  const std::uint64_t dur = op.duration_ns();
+  const bool valid = op.bytes_valid && dur > 0;
+  detail::json_header_metadata(out, snap, d);
+  auto key = [&](std::string_view k) {
+    out += ",\"";
+    out += p;
+    out += '_';
+    out += k;
+    out += "\":";
+  };
+  out += ",\"";
+  out += p;
+  out += "_perf\":{\"";
+  out += p;
+  out += "\":";
+  append_json_string(out, to_string(op.fn));
+  key("sn");
+  append_int(out, op.seq);
+  if (p2p) {
+    key("peer");
+    append_int(out, op.peer);
+  }
+  key("msg_size_bytes");
+  append_int(out, op.bytes);
+  key("exec_time_us");
+  append_fixed(out, static_cast<double>(dur) / 1e3, 3);
+  key("timing_source");
+  append_json_string(out, to_string(op.timing));
+  key("algobw_gbs");
+  append_fixed(out, valid ? algbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
+  key("busbw_gbs");
+  append_fixed(out, valid ? busbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
+  if (!p2p) {
+    key("algo");
+    append_json_string(out, to_string(op.alg));
+    key("proto");
+    append_json_string(out, op.pro == proto::none ? std::string_view() : to_string(op.pro));
+  }
+  key("user_tag");
+  out += '"';
+  append_int(out, op.user_tag);
+  out += '"';
+  key("n_channels");
+  append_int(out, op.channels);
+  key("end_ts_ns");
+  append_int(out, op.end_ns);
+  key("valid");
+  out += valid ? "true" : "false";
+  out += "}}\n";
+}
+
+/// Per-communicator totals and drops for this export (Inspector's `dump_stats` marker, extended).
+inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_snapshot& c, std::uint64_t records_written,
+                             std::uint64_t records_dropped_by_sink) {
+  detail::json_header_metadata(out, snap, c.desc);
+  std::uint64_t dropped = records_dropped_by_sink;
+  for (auto v : c.dropped) dropped += v;
+  out += ",\"dump_stats\":{\"records\":";
+  append_int(out, records_written);
+  out += ",\"completed_total\":";
+  append_int(out, c.completed);
+  out += ",\"dropped_total\":";
+  append_int(out, dropped);
+  out += ",\"filtered_min_size_total\":";
+  append_int(out, c.filtered[0]);
+  out += ",\"filtered_no_gpu_timing_total\":";
+  append_int(out, c.filtered[1]);
+  out += ",\"abandoned_total\":";
+  append_int(out, c.abandoned);
+  out += ",\"inflight\":";
+  append_int(out, c.inflight);
+  out += ",\"final\":";
+  out += snap.final ? "true" : "false";
+  out += "}}\n";
+}
+
+}  // namespace ncclinsp::format

@@ -1,0 +1,107 @@
+#pragma once
+/// Text helpers shared by the serializers: locale-independent numbers, UTF-8 repair, escaping.
+/// Thread-safety: pure functions appending to a caller-owned string (cold path).
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ncclinsp::format {
+
+/// Appends a finite double in shortest round-trip form; NaN and Inf are written as 0.
+inline void append_double(std::string& out, double v) {
+  if (!std::isfinite(v)) v = 0;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+/// Appends a double with a fixed number of decimals (JSON compat fields).
+inline void append_fixed(std::string& out, double v, int decimals) {
+  if (!std::isfinite(v)) v = 0;
+  char buf[96];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
+  out.append(buf, r.ptr);
+}
+
+template <class I>
+inline void append_int(std::string& out, I v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+inline void append_hex64(std::string& out, std::uint64_t v) {
+  char buf[17];
+  for (int i = 15; i >= 0; --i, v >>= 4) buf[i] = "0123456789abcdef"[v & 15];
+  out.append(buf, 16);
+}
+
+/// Returns `s` as valid UTF-8 (invalid sequences become U+FFFD), cut to at most `max_bytes`
+/// on a character boundary. Hostile communicator names stay readable and never break a file.
+inline std::string sanitize_utf8(std::string_view s, std::size_t max_bytes = 256) {
+  std::string out;
+  out.reserve(s.size() < max_bytes ? s.size() : max_bytes);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len != 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    if (ok && len > 1) {  // reject overlong forms and surrogates
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((len == 2 && c < 0xC2) || (len == 3 && c == 0xE0 && c1 < 0xA0) || (len == 3 && c == 0xED && c1 >= 0xA0) ||
+          (len == 4 && c == 0xF0 && c1 < 0x90) || (len == 4 && (c > 0xF4 || (c == 0xF4 && c1 >= 0x90))))
+        ok = false;
+    }
+    const std::string_view piece = ok ? s.substr(i, len) : std::string_view("\xEF\xBF\xBD");
+    if (out.size() + piece.size() > max_bytes) break;
+    out.append(piece);
+    i += ok ? len : 1;
+  }
+  return out;
+}
+
+/// Prometheus label value escaping: backslash, double quote, newline.
+inline void append_label_value(std::string& out, std::string_view v) {
+  for (char ch : v) {
+    switch (ch) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += ch;
+    }
+  }
+}
+
+/// JSON string body escaping (quotes not included); input must already be valid UTF-8.
+inline void append_json_escaped(std::string& out, std::string_view v) {
+  for (char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          out += "\\u00";
+          out += "0123456789abcdef"[c >> 4];
+          out += "0123456789abcdef"[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+}
+
+inline void append_json_string(std::string& out, std::string_view v) {
+  out += '"';
+  append_json_escaped(out, sanitize_utf8(v, 4096));
+  out += '"';
+}
+
+}  // namespace ncclinsp::format

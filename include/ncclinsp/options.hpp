@@ -1,0 +1,258 @@
+#pragma once
+/// Options: one struct with documented defaults, filled from the environment by from_env().
+/// Reads NVIDIA Inspector's NCCL_INSPECTOR_* variables with the same meaning (except that the
+/// dump interval is honoured as given, with a 100 ms floor, and that -1 still writes everything at
+/// teardown) and the native NCCLINSP_* variables. An invalid value is reported once through the
+/// logger and replaced by the default; nothing aborts. Thread-safety: from_env() is cold and
+/// reentrant; the struct is a value.
+
+#include <unistd.h>
+
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ncclinsp/log.hpp"
+
+namespace ncclinsp {
+
+struct options {
+  // ---- NVIDIA Inspector compatible ----
+  bool enable = false;                   ///< NCCL_INSPECTOR_ENABLE (NCCLINSP_ENABLE overrides)
+  bool enable_p2p = true;                ///< NCCL_INSPECTOR_ENABLE_P2P
+  bool dump_thread = true;               ///< NCCL_INSPECTOR_DUMP_THREAD_ENABLE (0: write only at teardown)
+  std::int64_t interval_us = -1;         ///< NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS; <0: teardown only
+  std::string dump_dir;                  ///< NCCL_INSPECTOR_DUMP_DIR (default nccl-inspector-<SLURM_JOBID>)
+  bool verbose = false;                  ///< NCCL_INSPECTOR_DUMP_VERBOSE
+  bool prom = false;                     ///< NCCL_INSPECTOR_PROM_DUMP: Prometheus instead of JSON
+  bool prom_dump_stats = false;          ///< NCCL_INSPECTOR_PROM_DUMP_STATS (drop counters are always written)
+  std::uint64_t min_size_bytes = 8192;   ///< NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES
+  std::uint32_t coll_ring_size = 1024;   ///< NCCL_INSPECTOR_DUMP_COLL_RING_SIZE (per-op records per thread)
+  std::uint32_t p2p_ring_size = 1024;    ///< NCCL_INSPECTOR_DUMP_P2P_RING_SIZE
+  std::uint32_t coll_pool_size = 256;    ///< NCCL_INSPECTOR_COLL_POOL_SIZE (in-flight collectives per comm)
+  std::uint32_t p2p_pool_size = 256;     ///< NCCL_INSPECTOR_P2P_POOL_SIZE
+  std::uint32_t comm_pool_size = 256;    ///< NCCL_INSPECTOR_COMM_POOL_SIZE (accepted, unused)
+  bool pool_grow = true;                 ///< NCCL_INSPECTOR_POOL_GROW (accepted; pools are fixed, overflow is counted)
+  bool require_kernel_timing = true;     ///< NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING
+  bool otel = false;                     ///< NCCL_INSPECTOR_OTEL_EXPORT
+  bool otel_verbose = false;             ///< NCCL_INSPECTOR_OTEL_VERBOSE
+  // ---- native ----
+  std::vector<std::string> sinks;        ///< NCCLINSP_SINKS=prom,json (default: from NCCL_INSPECTOR_PROM_DUMP)
+  std::string node_name;                 ///< NCCLINSP_NODE_NAME (default: host name)
+  std::vector<std::pair<std::string, std::string>> labels;  ///< NCCLINSP_LABELS=cluster=a,team=b (+ namespace/pod)
+  bool user_tag_label = false;           ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
+  std::string cuda_driver;               ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
+  bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
+  std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
+  std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
+
+  /// Effective export interval in ms; 0 means "only at flush/teardown".
+  std::int64_t interval_ms() const noexcept {
+    if (!dump_thread || interval_us < 0) return 0;
+    return interval_us < 100000 ? 100 : interval_us / 1000;
+  }
+  bool has_sink(std::string_view s) const {
+    for (const auto& x : sinks)
+      if (x == s) return true;
+    return false;
+  }
+
+  using getenv_fn = std::function<const char*(const char*)>;
+  static options from_env(const log_fn& log = {}, const getenv_fn& get = [](const char* k) { return std::getenv(k); });
+
+  /// One line per setting, for the startup banner.
+  std::string describe() const;
+};
+
+namespace detail {
+
+inline bool is_label_name(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return s.substr(0, 2) != "__";
+}
+
+class env_reader {
+ public:
+  env_reader(const log_fn& log, const options::getenv_fn& get) : log_(log), get_(get) {}
+  const char* raw(const char* k) const {
+    const char* v = get_(k);
+    return (v && *v) ? v : nullptr;
+  }
+  void warn(const char* k, const char* v, std::string_view want) const {
+    emit(log_, log_level::warn, std::string("ignoring ") + k + "=\"" + std::string(v).substr(0, 64) + "\": expected " + std::string(want) + "; using the default");
+  }
+  void boolean(const char* k, bool& out) const {
+    const char* v = raw(k);
+    if (!v) return;
+    std::string s(v);
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    long long n = 0;
+    if (s == "true" || s == "yes" || s == "on") out = true;
+    else if (s == "false" || s == "no" || s == "off") out = false;
+    else if (parse_int(s, n)) out = n != 0;
+    else warn(k, v, "0 or 1");
+  }
+  template <class I>
+  void integer(const char* k, I& out, long long lo, long long hi) const {
+    const char* v = raw(k);
+    if (!v) return;
+    long long n = 0;
+    if (parse_int(v, n) && n >= lo && n <= hi) out = static_cast<I>(n);
+    else warn(k, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  void string(const char* k, std::string& out) const {
+    if (const char* v = raw(k)) out = v;
+  }
+  static bool parse_int(std::string_view s, long long& n) {
+    int base = 10;
+    if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+      s.remove_prefix(2);
+      base = 16;
+    }
+    auto r = std::from_chars(s.data(), s.data() + s.size(), n, base);
+    return r.ec == std::errc() && r.ptr == s.data() + s.size();
+  }
+
+ private:
+  const log_fn& log_;
+  const options::getenv_fn& get_;
+};
+
+/// "5s", "500ms", "2m" or plain microseconds -> microseconds; false if malformed.
+inline bool parse_duration_us(std::string_view s, std::int64_t& us) {
+  std::size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  long long n = 0;
+  if (i == 0 || !env_reader::parse_int(s.substr(0, i), n)) return false;
+  const std::string_view unit = s.substr(i);
+  long long mul = unit.empty() || unit == "us" ? 1 : unit == "ms" ? 1000 : unit == "s" ? 1000000 : unit == "m" ? 60000000 : 0;
+  if (!mul || n > INT64_MAX / mul) return false;
+  us = n * mul;
+  return true;
+}
+
+}  // namespace detail
+
+inline options options::from_env(const log_fn& log, const getenv_fn& get) {
+  options o;
+  detail::env_reader e(log, get);
+  e.boolean("NCCL_INSPECTOR_ENABLE", o.enable);
+  e.boolean("NCCLINSP_ENABLE", o.enable);
+  e.boolean("NCCL_INSPECTOR_ENABLE_P2P", o.enable_p2p);
+  e.boolean("NCCL_INSPECTOR_DUMP_THREAD_ENABLE", o.dump_thread);
+  e.integer("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", o.interval_us, INT64_MIN, INT64_MAX);
+  if (const char* v = e.raw("NCCLINSP_INTERVAL")) {
+    std::int64_t us = 0;
+    if (detail::parse_duration_us(v, us)) o.interval_us = us;
+    else e.warn("NCCLINSP_INTERVAL", v, "a duration such as 5s, 500ms or 1000000");
+  }
+  if (const char* j = e.raw("SLURM_JOBID")) {
+    long long n = 0;
+    o.dump_dir = detail::env_reader::parse_int(j, n) ? "nccl-inspector-" + std::to_string(n) : "nccl-inspector-unknown-jobid";
+  } else {
+    o.dump_dir = "nccl-inspector-unknown-jobid";
+  }
+  e.string("NCCL_INSPECTOR_DUMP_DIR", o.dump_dir);
+  e.boolean("NCCL_INSPECTOR_DUMP_VERBOSE", o.verbose);
+  e.boolean("NCCL_INSPECTOR_PROM_DUMP", o.prom);
+  e.boolean("NCCL_INSPECTOR_PROM_DUMP_STATS", o.prom_dump_stats);
+  e.integer("NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", o.min_size_bytes, 0, INT64_MAX);
+  e.integer("NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", o.coll_ring_size, 0, 1 << 24);
+  e.integer("NCCL_INSPECTOR_DUMP_P2P_RING_SIZE", o.p2p_ring_size, 0, 1 << 24);
+  e.integer("NCCL_INSPECTOR_COLL_POOL_SIZE", o.coll_pool_size, 10, 1 << 20);
+  e.integer("NCCL_INSPECTOR_P2P_POOL_SIZE", o.p2p_pool_size, 10, 1 << 20);
+  e.integer("NCCL_INSPECTOR_COMM_POOL_SIZE", o.comm_pool_size, 10, 1 << 20);
+  e.boolean("NCCL_INSPECTOR_POOL_GROW", o.pool_grow);
+  e.boolean("NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING", o.require_kernel_timing);
+  e.boolean("NCCL_INSPECTOR_OTEL_EXPORT", o.otel);
+  e.boolean("NCCL_INSPECTOR_OTEL_VERBOSE", o.otel_verbose);
+  if (o.coll_ring_size == 0) o.coll_ring_size = 1;
+  if (o.p2p_ring_size == 0) o.p2p_ring_size = 1;
+
+  o.sinks = {o.prom ? "prom" : "json"};
+  if (const char* v = e.raw("NCCLINSP_SINKS")) {
+    std::vector<std::string> s;
+    bool ok = true;
+    std::string_view rest(v);
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (item == "prom" || item == "json") s.emplace_back(item);
+      else if (!item.empty()) ok = false;
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (ok && !s.empty()) o.sinks = std::move(s);
+    else e.warn("NCCLINSP_SINKS", v, "a list of prom, json");
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
+  o.node_name = host;
+  e.string("NCCLINSP_NODE_NAME", o.node_name);
+  e.string("SLURM_JOB_ID", o.slurm_job_id);
+  if (const char* v = e.raw("NCCLINSP_LABELS")) {
+    std::vector<std::pair<std::string, std::string>> kv;
+    bool ok = true;
+    std::string_view rest(v);
+    static constexpr std::string_view reserved[] = {"version", "slurm_job_id", "node", "gpu", "uuid", "comm_name", "comm_hash", "rank",
+                                                    "nranks", "n_nodes", "collective", "p2p_operation", "message_size", "algo_proto",
+                                                    "le", "reason", "user_tag", "abi", "final", "job", "instance"};
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      const auto eq = item.find('=');
+      if (eq == std::string_view::npos || !detail::is_label_name(item.substr(0, eq))) {
+        ok = false;
+      } else {
+        for (auto r : reserved)
+          if (item.substr(0, eq) == r) ok = false;
+        kv.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+      }
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (ok) o.labels = std::move(kv);
+    else e.warn("NCCLINSP_LABELS", v, "name=value pairs separated by commas, names [a-zA-Z_][a-zA-Z0-9_]* and not one of ours");
+  }
+  std::string ns, pod;
+  e.string("POD_NAMESPACE", ns);
+  e.string("NCCLINSP_K8S_NAMESPACE", ns);
+  e.string("POD_NAME", pod);
+  e.string("NCCLINSP_K8S_POD", pod);
+  if (!ns.empty()) o.labels.emplace_back("namespace", ns);
+  if (!pod.empty()) o.labels.emplace_back("pod", pod);
+  e.boolean("NCCLINSP_USER_TAG_LABEL", o.user_tag_label);
+  e.string("NCCLINSP_CUDA_DRIVER", o.cuda_driver);
+  e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
+  e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
+  return o;
+}
+
+inline std::string options::describe() const {
+  std::string s;
+  auto kv = [&](const char* k, const std::string& v) { s += std::string(k) + "=" + v + "\n"; };
+  kv("enable", enable ? "1" : "0");
+  std::string sk;
+  for (const auto& x : sinks) sk += (sk.empty() ? "" : ",") + x;
+  kv("sinks", sk);
+  kv("dump_dir", dump_dir);
+  kv("interval", interval_ms() ? std::to_string(interval_ms()) + "ms" : std::string("teardown only"));
+  kv("p2p", enable_p2p ? "1" : "0");
+  kv("min_size_bytes", std::to_string(min_size_bytes));
+  kv("require_kernel_timing", require_kernel_timing ? "1" : "0");
+  kv("node", node_name);
+  kv("slurm_job_id", slurm_job_id);
+  std::string lb;
+  for (const auto& [k, v] : labels) lb += (lb.empty() ? "" : ",") + k + "=" + v;
+  kv("labels", lb.empty() ? "-" : lb);
+  kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
+  return s;
+}
+
+}  // namespace ncclinsp

@@ -1,0 +1,157 @@
+#pragma once
+/// JsonSink: JSON lines in NVIDIA Inspector's layout (format/inspector_json.hpp), appended to one
+/// file per process (never truncated on re-init, unlike Inspector). Every record in a snapshot
+/// reaches the file or is counted: on a write error the lines wait in memory (up to
+/// `max_pending_bytes`) and are retried at the next export; beyond that they are dropped and
+/// counted in the next `dump_stats` record. With `max_file_bytes` the file rotates to `<file>.1`;
+/// records discarded with an older `.1` are counted the same way.
+/// Thread-safety: exporter thread only (cold path).
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "ncclinsp/detail/atomic_file.hpp"
+#include "ncclinsp/format/inspector_json.hpp"
+#include "ncclinsp/log.hpp"
+#include "ncclinsp/sink.hpp"
+
+namespace ncclinsp {
+
+struct json_sink_options {
+  std::string dir = ".";
+  std::string file_name;                 ///< default "<hostname>-pid<pid>.log" (Inspector's name)
+  std::uint64_t max_file_bytes = 0;      ///< 0 = no rotation
+  std::uint64_t max_pending_bytes = 64ull << 20;
+  log_fn log;
+};
+
+class json_sink {
+ public:
+  explicit json_sink(json_sink_options o) : o_(std::move(o)) { detail::ignore_sigxfsz(); }
+
+  export_result write(const snapshot& snap) noexcept {
+    try {
+      std::string buf;
+      std::map<std::uint32_t, std::uint64_t> per_comm;
+      for (const auto& r : snap.records) {
+        format::write_inspector_record(buf, snap, r);
+        ++per_comm[r.comm];
+      }
+      for (std::uint32_t i = 0; i < snap.comms.size(); ++i) {
+        const auto& c = snap.comms[i];
+        std::uint64_t drops = 0;
+        for (auto d : c.dropped) drops += d;
+        auto& seen = last_drops_[c.desc.hash ^ (static_cast<std::uint64_t>(c.desc.rank) << 48)];
+        if (per_comm.count(i) || drops != seen || snap.final || c.retired || dropped_by_sink_) {
+          format::write_dump_stats(buf, snap, c, per_comm.count(i) ? per_comm[i] : 0, dropped_by_sink_);
+          seen = drops;
+        }
+      }
+      std::uint64_t new_lines = 0;
+      for (char ch : buf) new_lines += ch == '\n';
+      pending_ += buf;
+      pending_lines_ += new_lines;
+      return flush_pending();
+    } catch (...) {
+      return export_result::failure;
+    }
+  }
+
+  void shutdown() noexcept {
+    if (!pending_.empty() && flush_pending() != export_result::success)
+      emit(o_.log, log_level::warn, "json sink: " + std::to_string(pending_lines_) + " records could not be written at shutdown");
+  }
+  std::string_view name() const noexcept { return "json"; }
+  /// Records lost so far (write errors beyond the pending limit, rotation).
+  std::uint64_t dropped() const noexcept { return dropped_total_; }
+  std::string path() const {
+    if (!o_.file_name.empty()) return o_.dir + "/" + o_.file_name;
+    char host[256] = "unknown";
+    ::gethostname(host, sizeof host - 1);
+    return o_.dir + "/" + host + "-pid" + std::to_string(::getpid()) + ".log";
+  }
+
+ private:
+  export_result flush_pending() {
+    if (pending_.empty()) return export_result::success;
+    int err = detail::make_dirs(o_.dir);
+    const std::string p = path();
+    if (!err && o_.max_file_bytes) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) + pending_.size() > o_.max_file_bytes && st.st_size > 0) {
+        dropped_by_sink_ += rotated_lines_;  // the previous .1 is discarded now
+        dropped_total_ += rotated_lines_;
+        if (::rename(p.c_str(), (p + ".1").c_str()) == 0) {
+          rotated_lines_ = file_lines_;
+          file_lines_ = 0;
+        }
+      }
+    }
+    if (!err) {
+      const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        err = errno;
+      } else {
+        // Write whole lines only: on a short write keep the remainder pending.
+        std::size_t done = 0;
+        while (done < pending_.size()) {
+          const ssize_t n = ::write(fd, pending_.data() + done, pending_.size() - done);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            err = n < 0 ? errno : EIO;
+            break;
+          }
+          done += static_cast<std::size_t>(n);
+        }
+        if (err && done) {  // cut a torn line: truncate back to the last complete line we wrote
+          const std::size_t keep = pending_.rfind('\n', done - 1) == std::string::npos ? 0 : pending_.rfind('\n', done - 1) + 1;
+          struct stat st {};
+          if (::fstat(fd, &st) == 0) (void)::ftruncate(fd, st.st_size - static_cast<off_t>(done - keep));
+          done = keep;
+        }
+        ::close(fd);
+        std::uint64_t lines = 0;
+        for (std::size_t i = 0; i < done; ++i) lines += pending_[i] == '\n';
+        file_lines_ += lines;
+        pending_lines_ -= lines;
+        pending_.erase(0, done);
+      }
+    }
+    if (!err) {
+      if (last_err_) emit(o_.log, log_level::info, "json sink: writing " + p + " again");
+      last_err_ = 0;
+      dropped_by_sink_ = 0;
+      return export_result::success;
+    }
+    if (err != last_err_) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + std::strerror(err) + " (records kept in memory, retrying)");
+    last_err_ = err;
+    if (pending_.size() > o_.max_pending_bytes) {  // bounded memory: drop the oldest lines, counted
+      const std::size_t cut = pending_.find('\n', pending_.size() - o_.max_pending_bytes);
+      std::uint64_t lines = 0;
+      for (std::size_t i = 0; i <= cut && i < pending_.size(); ++i) lines += pending_[i] == '\n';
+      pending_.erase(0, cut == std::string::npos ? pending_.size() : cut + 1);
+      pending_lines_ -= lines;
+      dropped_by_sink_ += lines;
+      dropped_total_ += lines;
+    }
+    return export_result::failure;
+  }
+
+  json_sink_options o_;
+  std::string pending_;
+  std::uint64_t pending_lines_ = 0, file_lines_ = 0, rotated_lines_ = 0;
+  std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0;
+  int last_err_ = 0;
+  std::map<std::uint64_t, std::uint64_t> last_drops_;
+};
+
+using JsonSink = json_sink;
+
+}  // namespace ncclinsp

@@ -1,0 +1,83 @@
+#pragma once
+/// PromTextfileSink: one `nccl_inspector_metrics_<uuid>.prom` per GPU for node_exporter's textfile
+/// collector, replaced atomically (temp file + rename) on every export. When the directory is
+/// missing it is created; when it cannot be written (unwritable, a regular file, disk full) the
+/// sink warns once per distinct error, keeps nothing on disk half-written, and writes the current
+/// values on the next export that succeeds (the collector holds the data, so nothing is lost).
+/// Thread-safety: exporter thread only (cold path).
+
+#include <cctype>
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "ncclinsp/detail/atomic_file.hpp"
+#include "ncclinsp/format/prometheus_text.hpp"
+#include "ncclinsp/log.hpp"
+#include "ncclinsp/sink.hpp"
+
+namespace ncclinsp {
+
+struct prom_textfile_options {
+  std::string dir = ".";
+  /// Delete the files at shutdown. Default false: the final values stay for the last scrapes;
+  /// `ncclinsp_export_timestamp_seconds` and `ncclinsp_info{final="1"}` mark them as finished.
+  bool remove_on_shutdown = false;
+  log_fn log;
+};
+
+/// File name for a GPU: characters outside [A-Za-z0-9._-] become '_'.
+inline std::string prom_file_name(std::string_view uuid) {
+  std::string s = "nccl_inspector_metrics_";
+  for (char c : uuid) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_') ? c : '_';
+  return s + ".prom";
+}
+
+template <class NativeBucketer = pow2_bucketer>
+class basic_prom_textfile_sink {
+ public:
+  explicit basic_prom_textfile_sink(prom_textfile_options o) : o_(std::move(o)) { detail::ignore_sigxfsz(); }
+
+  export_result write(const snapshot& snap) noexcept {
+    try {
+      export_result res = export_result::success;
+      for (const auto& uuid : format::gpu_uuids(snap)) {
+        std::string text;
+        format::write_prometheus<NativeBucketer>(text, snap, uuid);
+        const std::string name = prom_file_name(uuid);
+        const int err = detail::write_file_atomic(o_.dir, name, text);
+        if (err) {
+          res = export_result::failure;
+          if (err != last_err_)
+            emit(o_.log, log_level::warn, "cannot write " + o_.dir + "/" + name + ": " + std::strerror(err) +
+                                              " (metrics kept in memory, retrying at the next export)");
+          last_err_ = err;
+        } else {
+          if (last_err_) emit(o_.log, log_level::info, "writing " + o_.dir + " again");
+          last_err_ = 0;
+          written_.insert(name);
+        }
+      }
+      return res;
+    } catch (...) {
+      return export_result::failure;
+    }
+  }
+
+  void shutdown() noexcept {
+    if (!o_.remove_on_shutdown) return;
+    for (const auto& n : written_) ::unlink((o_.dir + "/" + n).c_str());
+  }
+  std::string_view name() const noexcept { return "prometheus-textfile"; }
+
+ private:
+  prom_textfile_options o_;
+  int last_err_ = 0;
+  std::set<std::string> written_;
+};
+
+using prom_textfile_sink = basic_prom_textfile_sink<>;
+using PromTextfileSink = prom_textfile_sink;
+
+}  // namespace ncclinsp

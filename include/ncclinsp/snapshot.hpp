@@ -1,0 +1,100 @@
+#pragma once
+/// The snapshot: plain data handed from the collector to every sink, taken on the exporter thread.
+/// Counters are cumulative since the collector started; `window` holds what changed since the
+/// previous snapshot (for Inspector's per-window gauges). Thread-safety: a value type; sinks get it
+/// by const reference and must not keep references past write().
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ncclinsp/histogram.hpp"
+#include "ncclinsp/model.hpp"
+
+namespace ncclinsp {
+
+/// Why an event was lost (counted, never silent).
+enum class drop_reason : std::uint8_t { op_pool_full = 0, table_full, record_ring_full, comm_table_full, count_ };
+inline constexpr std::array<const char*, 4> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full"};
+/// Why an op was skipped on purpose (configuration, not loss).
+enum class filter_reason : std::uint8_t { min_size = 0, no_gpu_timing, count_ };
+inline constexpr std::array<const char*, 2> filter_reason_names = {"min_size", "no_gpu_timing"};
+
+/// Static description of one communicator on one rank (resolved once, cold path).
+struct comm_desc {
+  std::string name;          ///< may be empty: rendered "unknown"
+  std::uint64_t hash = 0;    ///< NCCL commHash/commId, equal on all ranks
+  int rank = 0;
+  int nranks = 1;
+  int nnodes = 1;
+  int device = -1;           ///< CUDA ordinal, -1 when unknown
+  std::string uuid;          ///< "GPU-xxxxxxxx-..." or a fallback id; names the .prom file
+};
+
+/// Process-wide labels and identity (the same in every file the process writes).
+struct process_identity {
+  std::string node;          ///< node label (host name or NCCLINSP_NODE_NAME)
+  std::string hostname;      ///< real host name (JSON metadata)
+  std::string slurm_job_id = "unknown";
+  std::string abi = "embedded";  ///< profiler ABI NCCL loaded ("v7"), or "embedded"
+  std::vector<std::pair<std::string, std::string>> labels;  ///< user labels, validated names
+  long pid = 0;
+};
+
+struct cell_stats {
+  std::uint64_t ops = 0;      ///< all completed ops, valid or not
+  std::uint64_t invalid = 0;  ///< zero duration/size, overflow, unknown function or datatype
+  std::uint64_t bytes = 0;
+  std::uint64_t busy_ns = 0;
+  std::uint64_t bw_count = 0;   ///< ops with busbw > 0 (geometric-mean denominator)
+  double bus_bytes = 0;
+  double log_busbw_sum = 0;     ///< sum of ln(busbw GB/s)
+  std::array<std::uint64_t, duration_buckets> hist{};  ///< non-cumulative counts
+  std::uint64_t valid_ops() const noexcept { return ops - invalid; }
+};
+
+struct cell_snapshot {
+  std::uint32_t comm = 0;   ///< index into snapshot::comms
+  func fn = func::unknown;
+  algo alg = algo::unknown;
+  proto pro = proto::unknown;
+  timing_source timing = timing_source::kernel_gpu;
+  std::uint32_t size_index = 0;  ///< inspector_bucketer index (nests in the native buckets)
+  std::uint32_t tag_index = 0;   ///< 0 = untagged, else index into snapshot::user_tags + 1
+  cell_stats total;
+  cell_stats window;
+};
+
+struct comm_snapshot {
+  comm_desc desc;
+  bool retired = false;        ///< finalized; this is its last appearance
+  std::uint64_t started = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t abandoned = 0;
+  std::uint64_t inflight = 0;
+  double oldest_inflight_age_s = 0;
+  double since_last_completion_s = -1;  ///< -1: nothing completed yet
+  std::array<std::uint64_t, func_count> last_seq_plus1{};  ///< 0 = none completed
+  std::array<std::uint64_t, static_cast<std::size_t>(drop_reason::count_)> dropped{};
+  std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
+};
+
+struct record_entry {
+  std::uint32_t comm = 0;  ///< index into snapshot::comms
+  op_record op;
+};
+
+struct snapshot {
+  std::uint64_t time_unix_ns = 0;
+  bool final = false;                 ///< taken at shutdown
+  process_identity identity;
+  std::vector<comm_snapshot> comms;
+  std::vector<cell_snapshot> cells;
+  std::vector<record_entry> records;  ///< per-op records drained since the last snapshot
+  std::vector<std::uint64_t> user_tags;
+  std::uint64_t comm_table_full = 0;
+};
+
+}  // namespace ncclinsp
