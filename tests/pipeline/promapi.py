@@ -1,0 +1,324 @@
+"""Helpers shared by the pipeline tests and the end-to-end test (stdlib only).
+
+- Prom: a small Prometheus HTTP API client (query, query_range, targets, rules, alerts, waits).
+- Dashboard helpers: iterate panels/targets of a Grafana dashboard JSON, know which variables are
+  multi-value, substitute Grafana variables with concrete values or `.*`.
+- PromQL helpers: extract metric names, label matchers and grouping labels from an expression
+  (a light tokenizer, good enough for lint; not a full PromQL parser).
+- stack(): context manager around scripts/stack.sh start/stop.
+
+Typical end-to-end use:
+
+    from promapi import Prom, stack, check_dashboard
+    with stack(root, ["node0", "node1"]) as prom:
+        prom.wait_for_series('ncclinsp_ops_total', timeout=30)
+        for r in check_dashboard(prom, "grafana/ncclinsp.json", {"job": "4242"}):
+            assert r.ok, r
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+STACK_SH = os.path.join(REPO, "scripts", "stack.sh")
+
+
+class PromError(RuntimeError):
+    pass
+
+
+class Prom:
+    def __init__(self, url: str, timeout: float = 5.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str, params: dict | None = None):
+        q = ("?" + urllib.parse.urlencode(params)) if params else ""
+        try:
+            with urllib.request.urlopen(self.url + path + q, timeout=self.timeout) as r:
+                body = r.read().decode()
+        except urllib.error.HTTPError as e:  # Prometheus reports query errors as 400/422 + JSON
+            body = e.read().decode()
+        d = json.loads(body)
+        if d.get("status") != "success":
+            raise PromError(f"{path} {params}: {d.get('errorType')}: {d.get('error')}")
+        return d["data"]
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=self.timeout) as r:
+                return r.status == 200
+        except Exception:
+            return False
+
+    def query(self, expr: str, at: float | None = None) -> list:
+        p = {"query": expr}
+        if at is not None:
+            p["time"] = f"{at:.3f}"
+        return self._get("/api/v1/query", p)["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list:
+        return self._get("/api/v1/query_range",
+                         {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step})["result"]
+
+    def series(self, match: str, start: float | None = None) -> list:
+        p = {"match[]": match}
+        if start is not None:
+            p["start"] = f"{start:.3f}"
+        return self._get("/api/v1/series", p)
+
+    def targets(self) -> list:
+        return self._get("/api/v1/targets", {"state": "active"})["activeTargets"]
+
+    def rules(self) -> list:
+        return self._get("/api/v1/rules")["groups"]
+
+    def alerts(self, state: str | None = "firing") -> list:
+        a = self._get("/api/v1/alerts")["alerts"]
+        return [x for x in a if state is None or x["state"] == state]
+
+    def values(self, expr: str, at: float | None = None) -> list[tuple[dict, float]]:
+        """Instant query -> [(labels, float value)]."""
+        out = []
+        for r in self.query(expr, at):
+            out.append((r["metric"], float(r["value"][1])))
+        return out
+
+    def wait_for(self, pred, timeout: float, interval: float = 0.5, what: str = "condition"):
+        """Poll pred() until it returns a truthy value; return it, or raise TimeoutError."""
+        deadline = time.monotonic() + timeout
+        last_exc = None
+        while True:
+            try:
+                v = pred()
+                if v:
+                    return v
+            except (PromError, OSError, ValueError) as e:
+                last_exc = e
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}"
+                                   + (f" (last error: {last_exc})" if last_exc else ""))
+            time.sleep(interval)
+
+    def wait_for_series(self, expr: str, timeout: float = 30, min_results: int = 1, finite=True):
+        def ok():
+            r = self.values(expr)
+            if finite:
+                r = [x for x in r if math.isfinite(x[1])]
+            return r if len(r) >= min_results else None
+        return self.wait_for(ok, timeout, what=f"{min_results} result(s) of {expr!r}")
+
+    def wait_for_alert(self, name: str, timeout: float, state: str = "firing", **labels):
+        def ok():
+            return [a for a in self.alerts(state) if a["labels"].get("alertname") == name
+                    and all(a["labels"].get(k) == v for k, v in labels.items())]
+        return self.wait_for(ok, timeout, interval=1.0, what=f"alert {name} {labels} {state}")
+
+
+@contextlib.contextmanager
+def stack(root: str, nodes: list[str], scrape: str = "1s", extra_args: list[str] | None = None,
+          timeout: float = 40):
+    """Start scripts/stack.sh under root, yield a Prom client, always stop it again."""
+    cmd = [STACK_SH, "start", "--nodes", ",".join(nodes), "--root", root, "--scrape", scrape,
+           "--timeout", str(int(timeout))] + (extra_args or [])
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=timeout + 30)
+        if p.returncode != 0:
+            raise RuntimeError(f"stack.sh start failed ({p.returncode}): {p.stderr.strip()}")
+        url = p.stdout.strip().splitlines()[-1]
+        yield Prom(url)
+    finally:
+        subprocess.run([STACK_SH, "stop", "--root", root], timeout=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grafana dashboards
+# ---------------------------------------------------------------------------------------------
+
+def load_dashboard(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def iter_panels(dash: dict):
+    """All non-row panels, including those nested in collapsed rows."""
+    def walk(ps):
+        for p in ps:
+            if p.get("type") == "row":
+                yield from walk(p.get("panels", []))
+            else:
+                yield p
+                yield from walk(p.get("panels", []))
+    yield from walk(dash.get("panels", []))
+
+
+def iter_targets(dash: dict):
+    """(panel, target) for every panel target with an expr."""
+    for p in iter_panels(dash):
+        for t in p.get("targets", []):
+            if t.get("expr"):
+                yield p, t
+
+
+def variables(dash: dict) -> list[dict]:
+    return dash.get("templating", {}).get("list", [])
+
+
+def multi_value_vars(dash: dict) -> set[str]:
+    return {v["name"] for v in variables(dash) if v.get("multi") or v.get("includeAll")}
+
+
+def variable_query(v: dict) -> str:
+    q = v.get("query")
+    if isinstance(q, dict):
+        q = q.get("query", "")
+    return q or ""
+
+
+_VAR_RE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\[\[(\w+)\]\]|\$(\w+)")
+
+
+def substitute(expr: str, values: dict | None = None, rate_interval: str = "1m",
+               interval: str = "15s", range_: str = "5m", default: str = ".*") -> str:
+    """Replace Grafana variables as Grafana would for a Prometheus query.
+
+    values: {var: str or list}; a list becomes a regex alternation of escaped values (what
+    Grafana does for multi-value variables); missing variables become `default` (`.*`, i.e. the
+    dashboards' All value)."""
+    values = dict(values or {})
+    builtins = {"__rate_interval": rate_interval, "__interval": interval, "__range": range_,
+                "__range_s": str(_dur_seconds(range_)), "__interval_ms": str(int(_dur_seconds(interval) * 1000))}
+
+    def rep(m):
+        name = m.group(1) or m.group(3) or m.group(4)
+        if name in builtins:
+            return builtins[name]
+        v = values.get(name, default)
+        if isinstance(v, (list, tuple)):
+            v = v[0] if len(v) == 1 else "(" + "|".join(re.escape(x) for x in v) + ")"
+        return str(v)
+    return _VAR_RE.sub(rep, expr)
+
+
+def _dur_seconds(d: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    total = 0.0
+    for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)", d):
+        total += float(n) * units[u]
+    return total
+
+
+@dataclass
+class PanelResult:
+    panel: str
+    ref: str
+    expr: str
+    n: int = 0
+    finite: int = 0
+    error: str = ""
+    ok: bool = False
+    sample: list = field(default_factory=list)
+
+
+def check_dashboard(prom: Prom, dash, values: dict | None = None, rate_interval: str = "1m",
+                    require_finite: bool = True) -> list[PanelResult]:
+    """Run every panel query of a dashboard (path or dict) as an instant query."""
+    if isinstance(dash, str):
+        dash = load_dashboard(dash)
+    out = []
+    for p, t in iter_targets(dash):
+        expr = substitute(t["expr"], values, rate_interval=rate_interval)
+        r = PanelResult(p.get("title", "?"), t.get("refId", "A"), expr)
+        try:
+            res = prom.values(expr)
+            r.n = len(res)
+            r.finite = sum(1 for _, v in res if math.isfinite(v))
+            r.sample = res[:2]
+            r.ok = r.n > 0 and (r.finite > 0 or not require_finite)
+        except PromError as e:
+            r.error = str(e)
+        out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# PromQL helpers (lint-grade)
+# ---------------------------------------------------------------------------------------------
+
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
+            "and", "or", "unless", "inf", "nan", "atan2"}
+_STR_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_GROUP_RE = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
+_MATCHER_RE = re.compile(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+_SEL_RE = re.compile(r"([A-Za-z_:][\w:]*)?\s*\{([^{}]*)\}")
+
+
+def _strip_vars(expr: str) -> str:
+    return substitute(expr, default="X")
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names referenced by a PromQL expression (also inside {__name__="..."})."""
+    e = _strip_vars(expr)
+    names = set()
+    for m in _SEL_RE.finditer(e):
+        for lab, op, val in _MATCHER_RE.findall(m.group(2)):
+            if lab == "__name__" and op == "=":
+                names.add(val)
+    e = _SEL_RE.sub(lambda m: (m.group(1) or "") + " ", _STR_RE.sub('""', e))
+    e = _STR_RE.sub(" ", e)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    e = _GROUP_RE.sub(lambda m: " " + m.group(1) + " ", e)
+    e = re.sub(r"(?<![\w:.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:ms|s|m|h|d|w|y)?(?![\w:])", " ", e)
+    e = re.sub(r"(?<![\w:.])0x[0-9a-fA-F]+", " ", e)
+    toks = list(re.finditer(r"[A-Za-z_:][\w:]*", e))
+    for m in toks:
+        t = m.group(0)
+        if t.lower() in KEYWORDS:
+            continue
+        rest = e[m.end():]
+        if re.match(r"\s*\(", rest) or re.match(r"\s*(by|without)\b", rest):
+            continue  # function or aggregation
+        names.add(t)
+    return names
+
+
+def matchers(expr: str) -> list[tuple[str, str, str]]:
+    """(label, op, value) for every label matcher in selectors; values keep Grafana variables."""
+    out = []
+    for m in _SEL_RE.finditer(expr):
+        out.extend(_MATCHER_RE.findall(m.group(2)))
+    return out
+
+
+def selectors(expr: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """(metric name or '', matchers) for every `{...}` selector."""
+    return [((m.group(1) or ""), _MATCHER_RE.findall(m.group(2))) for m in _SEL_RE.finditer(expr)]
+
+
+def grouping_labels(expr: str) -> set[str]:
+    """Labels named in by/without/on/ignoring/group_left/group_right clauses."""
+    labs = set()
+    for m in _GROUP_RE.finditer(_STR_RE.sub('""', expr)):
+        labs.update(x.strip() for x in m.group(2).split(",") if x.strip())
+    return labs
+
+
+def uses_var(value: str, names: set[str]) -> set[str]:
+    found = set()
+    for m in _VAR_RE.finditer(value):
+        n = m.group(1) or m.group(3) or m.group(4)
+        if n in names:
+            found.add(n)
+    return found
