@@ -38,7 +38,7 @@ struct collector_options {
   std::uint32_t record_ring_capacity = 0;
   /// Turn v7 user tags into a bounded label (Traits::max_user_tags distinct values).
   bool user_tag_label = false;
-  process_identity identity;
+  process_identity identity{};
 };
 
 /// Handle of a registered communicator; cheap to copy.

@@ -32,7 +32,7 @@ namespace ncclinsp {
 struct exporter_options {
   /// Time between exports; zero or negative exports only at flush() and stop().
   std::chrono::milliseconds interval{1000};
-  log_fn log;
+  log_fn log{};
 };
 
 template <class Collector>

@@ -24,22 +24,22 @@ inline constexpr std::array<const char*, 2> filter_reason_names = {"min_size", "
 
 /// Static description of one communicator on one rank (resolved once, cold path).
 struct comm_desc {
-  std::string name;          ///< may be empty: rendered "unknown"
+  std::string name{};        ///< may be empty: rendered "unknown"
   std::uint64_t hash = 0;    ///< NCCL commHash/commId, equal on all ranks
   int rank = 0;
   int nranks = 1;
   int nnodes = 1;
   int device = -1;           ///< CUDA ordinal, -1 when unknown
-  std::string uuid;          ///< "GPU-xxxxxxxx-..." or a fallback id; names the .prom file
+  std::string uuid{};        ///< "GPU-xxxxxxxx-..." or a fallback id; names the .prom file
 };
 
 /// Process-wide labels and identity (the same in every file the process writes).
 struct process_identity {
-  std::string node;          ///< node label (host name or NCCLINSP_NODE_NAME)
-  std::string hostname;      ///< real host name (JSON metadata)
+  std::string node{};        ///< node label (host name or NCCLINSP_NODE_NAME)
+  std::string hostname{};    ///< real host name (JSON metadata)
   std::string slurm_job_id = "unknown";
   std::string abi = "embedded";  ///< profiler ABI NCCL loaded ("v7"), or "embedded"
-  std::vector<std::pair<std::string, std::string>> labels;  ///< user labels, validated names
+  std::vector<std::pair<std::string, std::string>> labels{};  ///< user labels, validated names
   long pid = 0;
 };
 

@@ -114,9 +114,11 @@ struct window_acc {
 
 }  // namespace detail
 
-/// Appends the exposition text for GPU `uuid` to `out`.
+/// Appends the exposition text for GPU `uuid` to `out`. `compat_gauges` adds Inspector's four
+/// gauge families; their names end in `_microseconds` and `_gbs`, the only findings promtool's
+/// linter reports on our output (the names are NVIDIA's; dashboards depend on them).
 template <class NativeBucketer = pow2_bucketer>
-void write_prometheus(std::string& out, const snapshot& snap, std::string_view uuid) {
+void write_prometheus(std::string& out, const snapshot& snap, std::string_view uuid, bool compat_gauges = true) {
   using namespace detail;
   const auto& ident = snap.identity;
   const comm_desc* gpu_desc = nullptr;
@@ -176,8 +178,10 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
                                      " completed in the last export window (Inspector-compatible).");
     for (const auto& [l, w] : m) sample(out, t_name, l, static_cast<double>(w.busy_ns) / static_cast<double>(w.valid) / 1e3);
   };
-  compat(compat_coll, "nccl_bus_bandwidth_gbs", "nccl_collective_exec_time_microseconds", "collectives");
-  compat(compat_p2p, "nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds", "P2P operations");
+  if (compat_gauges) {
+    compat(compat_coll, "nccl_bus_bandwidth_gbs", "nccl_collective_exec_time_microseconds", "collectives");
+    compat(compat_p2p, "nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds", "P2P operations");
+  }
 
   // ---- native op families ----------------------------------------------------------------------
   family(out, "ncclinsp_ops_total", "counter", "Completed NCCL operations.");

@@ -26,10 +26,10 @@ namespace ncclinsp {
 
 struct json_sink_options {
   std::string dir = ".";
-  std::string file_name;                 ///< default "<hostname>-pid<pid>.log" (Inspector's name)
+  std::string file_name{};               ///< default "<hostname>-pid<pid>.log" (Inspector's name)
   std::uint64_t max_file_bytes = 0;      ///< 0 = no rotation
   std::uint64_t max_pending_bytes = 64ull << 20;
-  log_fn log;
+  log_fn log{};
 };
 
 class json_sink {

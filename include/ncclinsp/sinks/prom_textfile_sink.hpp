@@ -24,7 +24,9 @@ struct prom_textfile_options {
   /// Delete the files at shutdown. Default false: the final values stay for the last scrapes;
   /// `ncclinsp_export_timestamp_seconds` and `ncclinsp_info{final="1"}` mark them as finished.
   bool remove_on_shutdown = false;
-  log_fn log;
+  /// Write Inspector's four gauge families too (for existing Inspector dashboards).
+  bool compat_gauges = true;
+  log_fn log{};
 };
 
 /// File name for a GPU: characters outside [A-Za-z0-9._-] become '_'.
@@ -44,7 +46,7 @@ class basic_prom_textfile_sink {
       export_result res = export_result::success;
       for (const auto& uuid : format::gpu_uuids(snap)) {
         std::string text;
-        format::write_prometheus<NativeBucketer>(text, snap, uuid);
+        format::write_prometheus<NativeBucketer>(text, snap, uuid, o_.compat_gauges);
         const std::string name = prom_file_name(uuid);
         const int err = detail::write_file_atomic(o_.dir, name, text);
         if (err) {

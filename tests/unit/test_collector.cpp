@@ -1,0 +1,223 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "ncclinsp/collector.hpp"
+
+using namespace ncclinsp;
+
+namespace {
+op_record make_op(func f, std::uint64_t bytes, std::uint64_t dur_ns, std::uint64_t seq = 0) {
+  op_record op;
+  op.fn = f;
+  set_size(op, bytes, dtype::int8);
+  op.start_ns = 1'000'000;
+  op.end_ns = op.start_ns + dur_ns;
+  op.seq = seq;
+  op.alg = algo::ring;
+  op.pro = proto::simple;
+  return op;
+}
+comm_desc desc(const char* name, int nranks = 4, std::string uuid = "GPU-a") {
+  return {.name = name, .hash = 0x1234, .rank = 0, .nranks = nranks, .nnodes = 1, .device = 0, .uuid = std::move(uuid)};
+}
+cell_stats sum_cells(const snapshot& s, func f) {
+  cell_stats t;
+  for (const auto& c : s.cells)
+    if (c.fn == f) {
+      t.ops += c.total.ops;
+      t.invalid += c.total.invalid;
+      t.bytes += c.total.bytes;
+      t.busy_ns += c.total.busy_ns;
+      t.bus_bytes += c.total.bus_bytes;
+      t.bw_count += c.total.bw_count;
+    }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("record accumulates counters, histogram and window", "[collector]") {
+  collector<> col;
+  const auto h = col.add_comm(desc("tp"));
+  REQUIRE(h != invalid_comm);
+  col.record(h, make_op(func::all_reduce, 4 << 20, 500'000, 7));
+  col.record(h, make_op(func::all_reduce, 4 << 20, 250'000, 8));
+  auto s1 = col.take_snapshot();
+  REQUIRE(s1.comms.size() == 1);
+  REQUIRE(s1.cells.size() == 1);
+  const auto& c = s1.cells[0];
+  CHECK(c.fn == func::all_reduce);
+  CHECK(c.total.ops == 2);
+  CHECK(c.total.bytes == 8u << 20);
+  CHECK(c.total.busy_ns == 750'000);
+  CHECK(c.total.bus_bytes == Approx(2 * 1.5 * (4 << 20)));
+  CHECK(c.window.ops == 2);
+  // geometric mean of 12.582912 and 25.165824 GB/s
+  CHECK(std::exp(c.window.log_busbw_sum / static_cast<double>(c.window.bw_count)) == Approx(std::sqrt(12.582912 * 25.165824)));
+  CHECK(c.total.hist[duration_bucket(500'000)] == 1);
+  CHECK(c.total.hist[duration_bucket(250'000)] == 1);
+  CHECK(s1.comms[0].completed == 2);
+  CHECK(s1.comms[0].last_seq_plus1[static_cast<std::size_t>(func::all_reduce)] == 9);
+
+  auto s2 = col.take_snapshot();
+  REQUIRE(s2.cells.size() == 1);
+  CHECK(s2.cells[0].total.ops == 2);
+  CHECK(s2.cells[0].window.ops == 0);  // nothing new in this window
+}
+
+TEST_CASE("bad input is recorded as invalid, excluded from bandwidth, never NaN", "[collector]") {
+  collector<> col;
+  const auto h = col.add_comm(desc("bad"));
+  col.record(h, make_op(func::all_reduce, 1 << 20, 0));  // zero duration
+  col.record(h, make_op(func::all_reduce, 0, 1000));     // zero bytes
+  op_record unk = make_op(func::all_reduce, 1 << 20, 1000);
+  set_size(unk, 1 << 20, dtype::unknown);  // ncclUint8 reported as "Unknown"
+  col.record(h, unk);
+  col.record(h, make_op(func::unknown, 1 << 20, 1000));  // unknown function
+  col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
+  const auto s = col.take_snapshot();
+  cell_stats all;
+  for (const auto& c : s.cells) {
+    all.ops += c.total.ops;
+    all.invalid += c.total.invalid;
+    all.bytes += c.total.bytes;
+    CHECK(std::isfinite(c.total.log_busbw_sum));
+  }
+  CHECK(all.ops == 5);
+  CHECK(all.invalid == 4);
+  CHECK(all.bytes == 1u << 20);
+  CHECK(col.take_snapshot().cells.size() == s.cells.size());
+}
+
+TEST_CASE("many threads record exact totals without locks", "[collector][threads]") {
+  collector<> col;
+  const auto a = col.add_comm(desc("a"));
+  const auto b = col.add_comm(desc("b", 8));
+  constexpr int threads = 8, per_thread = 50'000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) col.record((i & 1) ? a : b, make_op((t & 1) ? func::all_gather : func::send, 1024u << (i % 8), 1000 + i % 7));
+    });
+  // Snapshots taken concurrently must never see more than was recorded.
+  for (int i = 0; i < 20; ++i) {
+    const auto s = col.take_snapshot();
+    std::uint64_t n = 0;
+    for (const auto& c : s.cells) n += c.total.ops;
+    CHECK(n <= std::uint64_t{threads} * per_thread);
+  }
+  for (auto& t : ts) t.join();
+  const auto s = col.take_snapshot();
+  std::uint64_t ops = 0, bytes = 0, busy = 0;
+  for (const auto& c : s.cells) {
+    ops += c.total.ops;
+    bytes += c.total.bytes;
+    busy += c.total.busy_ns;
+  }
+  std::uint64_t want_bytes = 0, want_busy = 0;
+  for (int i = 0; i < per_thread; ++i) {
+    want_bytes += 1024u << (i % 8);
+    want_busy += 1000 + i % 7;
+  }
+  CHECK(ops == std::uint64_t{threads} * per_thread);
+  CHECK(bytes == want_bytes * threads);
+  CHECK(busy == want_busy * threads);
+  CHECK(s.comms[0].completed + s.comms[1].completed == ops);
+}
+
+struct tiny_traits : default_traits {
+  static constexpr std::uint32_t max_shards = 2;  // threads beyond the first share the overflow shard
+  static constexpr std::uint32_t cells_per_shard = 8;
+};
+
+TEST_CASE("threads beyond the shard count share an atomic overflow shard, exact totals", "[collector][threads]") {
+  collector<tiny_traits> col;
+  const auto h = col.add_comm(desc("x"));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 6; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 20'000; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
+    });
+  for (auto& t : ts) t.join();
+  const auto s = col.take_snapshot();
+  CHECK(sum_cells(s, func::all_reduce).ops == 120'000);
+  CHECK(sum_cells(s, func::all_reduce).bytes == 120'000ull << 20);
+}
+
+TEST_CASE("a full cell table drops and counts, never overwrites", "[collector]") {
+  collector<tiny_traits> col;
+  const auto h = col.add_comm(desc("x"));
+  for (int k = 0; k < 20; ++k) col.record(h, make_op(func::all_reduce, 1ull << (10 + k), 1000));
+  const auto s = col.take_snapshot();
+  CHECK(s.cells.size() == 8);
+  CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::table_full)] == 12);
+  CHECK(s.comms[0].completed == 20);
+}
+
+TEST_CASE("per-op records reach the snapshot in order; ring overflow is counted", "[collector]") {
+  collector<> col({.record_ring_capacity = 16});
+  const auto h = col.add_comm(desc("r"));
+  for (int i = 0; i < 10; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  auto s = col.take_snapshot();
+  REQUIRE(s.records.size() == 10);
+  for (int i = 0; i < 10; ++i) CHECK(s.records[i].op.seq == static_cast<std::uint64_t>(i));
+  for (int i = 0; i < 20; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  s = col.take_snapshot();
+  CHECK(s.records.size() == 16);
+  CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 4);
+  CHECK(s.records.size() + s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 20);
+}
+
+TEST_CASE("in-flight, oldest age, retirement and abandoned ops", "[collector]") {
+  collector<> col;
+  const std::uint64_t started_at = collector<>::steady_ns() - 3'000'000'000ull;
+  const auto h = col.add_comm(desc("life"), [&] { return started_at; });
+  for (int i = 0; i < 3; ++i) col.note_started(h);
+  col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
+  auto s = col.take_snapshot();
+  CHECK(s.comms[0].inflight == 2);
+  CHECK(s.comms[0].oldest_inflight_age_s == Approx(3.0).margin(0.5));
+  col.note_filtered(h, filter_reason::no_gpu_timing);
+  col.retire_comm(h, 1);
+  s = col.take_snapshot();
+  REQUIRE(s.comms.size() == 1);
+  CHECK(s.comms[0].retired);
+  CHECK(s.comms[0].abandoned == 1);
+  CHECK(s.comms[0].inflight == 0);
+  CHECK(s.comms[0].filtered[1] == 1);
+  s = col.take_snapshot();
+  CHECK(s.comms.empty());
+  CHECK(s.cells.empty());
+}
+
+TEST_CASE("user tags become a bounded label set", "[collector]") {
+  collector<> col({.user_tag_label = true});
+  const auto h = col.add_comm(desc("t"));
+  for (std::uint64_t tag = 1; tag <= 40; ++tag) {
+    auto op = make_op(func::all_reduce, 1 << 20, 1000);
+    op.user_tag = tag;
+    col.record(h, op);
+  }
+  const auto s = col.take_snapshot();
+  CHECK(s.user_tags.size() == default_traits::max_user_tags);
+  std::uint64_t other = 0;
+  for (const auto& c : s.cells)
+    if (c.tag_index == 31) other += c.total.ops;
+  CHECK(other == 40 - default_traits::max_user_tags);
+}
+
+struct few_comms : default_traits {
+  static constexpr std::uint32_t max_comms = 3;
+};
+
+TEST_CASE("the comm table is bounded and overflow is counted", "[collector]") {
+  using few = few_comms;
+  collector<few> col;
+  for (int i = 0; i < 3; ++i) CHECK(col.add_comm(desc("c")) != invalid_comm);
+  const auto h = col.add_comm(desc("c"));
+  CHECK(h == invalid_comm);
+  col.record(h, make_op(func::all_reduce, 1 << 20, 1000));  // ignored, counted
+  CHECK(col.take_snapshot().comm_table_full == 2);
+}

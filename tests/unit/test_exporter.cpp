@@ -1,0 +1,105 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/exporter.hpp"
+#include "ncclinsp/sinks/callback_sink.hpp"
+
+using namespace ncclinsp;
+using namespace std::chrono_literals;
+
+namespace {
+op_record ar(std::uint64_t dur) {
+  op_record op;
+  op.fn = func::all_reduce;
+  set_size(op, 1 << 20, dtype::float32);
+  op.end_ns = dur;
+  return op;
+}
+std::uint64_t total_ops(const snapshot& s) {
+  std::uint64_t n = 0;
+  for (const auto& c : s.cells) n += c.total.ops;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("exporter exports periodically, on flush, and a final snapshot on stop", "[exporter]") {
+  collector<> col;
+  const auto h = col.add_comm({.name = "e", .nranks = 2, .uuid = "GPU-e"});
+  std::mutex mu;
+  std::vector<std::pair<std::uint64_t, bool>> seen;  // (ops, final)
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(CallbackSink([&](const snapshot& s) {
+    std::lock_guard lk(mu);
+    seen.emplace_back(total_ops(s), s.final);
+  }));
+  exporter ex(col, std::move(sinks), {.interval = 1h});
+  REQUIRE(ex.start());
+  col.record(h, ar(1000));
+  REQUIRE(ex.flush(5s));
+  {
+    std::lock_guard lk(mu);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0] == std::make_pair(std::uint64_t{1}, false));
+  }
+  col.record(h, ar(1000));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(ex.stop(5s));  // must not wait for the 1 h interval
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  std::lock_guard lk(mu);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == std::make_pair(std::uint64_t{2}, true));
+}
+
+TEST_CASE("exporter honours short intervals", "[exporter]") {
+  collector<> col;
+  std::atomic<int> n{0};
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(CallbackSink([&](const snapshot&) { ++n; }));
+  exporter ex(col, std::move(sinks), {.interval = 20ms});
+  ex.start();
+  for (int i = 0; i < 500 && n < 3; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(n >= 3);
+}
+
+TEST_CASE("stop with a timeout never waits for a stuck sink", "[exporter]") {
+  collector<> col;
+  std::atomic<bool> release{false}, shut{false};
+  struct slow_sink {
+    std::atomic<bool>* release;
+    std::atomic<bool>* shut;
+    export_result write(const snapshot&) noexcept {
+      while (!release->load()) std::this_thread::sleep_for(1ms);
+      return export_result::success;
+    }
+    void shutdown() noexcept { shut->store(true); }
+  };
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(slow_sink{&release, &shut});
+  std::vector<std::string> logs;
+  auto ex = std::make_unique<exporter<collector<>>>(col, std::move(sinks), exporter_options{.interval = 1h, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  ex->start();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(ex->stop(100ms));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(logs.size() == 1);
+  release = true;  // let the detached thread finish before col goes away
+  for (int i = 0; i < 2000 && !shut; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(shut);
+  ex.reset();
+}
+
+TEST_CASE("an exporter that was never started still writes the final snapshot", "[exporter]") {
+  collector<> col;
+  const auto h = col.add_comm({.name = "n", .nranks = 2, .uuid = "GPU-n"});
+  int finals = 0;
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(CallbackSink([&](const snapshot& s) { finals += s.final && total_ops(s) == 1; }));
+  exporter ex(col, std::move(sinks), {.interval = 0ms});
+  col.record(h, ar(5));
+  ex.stop();
+  CHECK(finals == 1);
+}

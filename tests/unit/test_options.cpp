@@ -1,0 +1,101 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "ncclinsp/options.hpp"
+
+using namespace ncclinsp;
+
+namespace {
+struct env {
+  std::map<std::string, std::string> vars;
+  std::vector<std::string> warnings;
+  options parse() {
+    return options::from_env([this](log_level l, std::string_view m) { if (l == log_level::warn) warnings.emplace_back(m); },
+                             [this](const char* k) -> const char* {
+                               auto it = vars.find(k);
+                               return it == vars.end() ? nullptr : it->second.c_str();
+                             });
+  }
+};
+}  // namespace
+
+TEST_CASE("defaults match NVIDIA Inspector's", "[options]") {
+  env e;
+  const auto o = e.parse();
+  CHECK_FALSE(o.enable);
+  CHECK(o.enable_p2p);
+  CHECK(o.interval_us == -1);
+  CHECK(o.interval_ms() == 0);  // teardown only, but still written then
+  CHECK(o.dump_dir == "nccl-inspector-unknown-jobid");
+  CHECK(o.min_size_bytes == 8192);
+  CHECK(o.require_kernel_timing);
+  CHECK(o.sinks == std::vector<std::string>{"json"});
+  CHECK(e.warnings.empty());
+}
+
+TEST_CASE("Inspector variables keep their meaning and the interval is honoured", "[options]") {
+  env e;
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCL_INSPECTOR_PROM_DUMP", "1"}, {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"},
+            {"SLURM_JOBID", "99"}, {"SLURM_JOB_ID", "99"}, {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "0x100"}, {"NCCL_INSPECTOR_ENABLE_P2P", "0"}};
+  const auto o = e.parse();
+  CHECK(o.enable);
+  CHECK(o.has_sink("prom"));
+  CHECK(o.interval_ms() == 2000);  // Inspector would force 30 s
+  CHECK(o.dump_dir == "nccl-inspector-99");
+  CHECK(o.slurm_job_id == "99");
+  CHECK(o.min_size_bytes == 256);
+  CHECK_FALSE(o.enable_p2p);
+  e.vars["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "0";
+  CHECK(e.parse().interval_ms() == 100);  // no busy loop
+}
+
+TEST_CASE("native variables: sinks, labels, Kubernetes identity, interval", "[options]") {
+  env e;
+  e.vars = {{"NCCLINSP_SINKS", "prom,json"}, {"NCCLINSP_LABELS", "cluster=a,team=b"}, {"POD_NAMESPACE", "ml"}, {"NCCLINSP_K8S_POD", "trainer-0"},
+            {"NCCLINSP_INTERVAL", "5s"}, {"NCCLINSP_NODE_NAME", "node7"}};
+  const auto o = e.parse();
+  CHECK(o.has_sink("prom"));
+  CHECK(o.has_sink("json"));
+  CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "a"}, {"team", "b"}, {"namespace", "ml"}, {"pod", "trainer-0"}});
+  CHECK(o.interval_ms() == 5000);
+  CHECK(o.node_name == "node7");
+  CHECK(e.warnings.empty());
+}
+
+TEST_CASE("garbage in any variable: one warning each, the default used", "[options][hostile]") {
+  const char* vars[] = {"NCCL_INSPECTOR_ENABLE", "NCCL_INSPECTOR_ENABLE_P2P", "NCCL_INSPECTOR_DUMP_THREAD_ENABLE",
+                        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "NCCL_INSPECTOR_DUMP_VERBOSE", "NCCL_INSPECTOR_PROM_DUMP",
+                        "NCCL_INSPECTOR_PROM_DUMP_STATS", "NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "NCCL_INSPECTOR_DUMP_COLL_RING_SIZE",
+                        "NCCL_INSPECTOR_DUMP_P2P_RING_SIZE", "NCCL_INSPECTOR_COLL_POOL_SIZE", "NCCL_INSPECTOR_P2P_POOL_SIZE",
+                        "NCCL_INSPECTOR_COMM_POOL_SIZE", "NCCL_INSPECTOR_POOL_GROW", "NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING",
+                        "NCCL_INSPECTOR_OTEL_EXPORT", "NCCL_INSPECTOR_OTEL_VERBOSE", "NCCLINSP_ENABLE", "NCCLINSP_SINKS", "NCCLINSP_LABELS",
+                        "NCCLINSP_INTERVAL", "NCCLINSP_USER_TAG_LABEL", "NCCLINSP_PROM_KEEP_FILES", "NCCLINSP_JSON_MAX_BYTES"};
+  const options defaults = env{}.parse();
+  for (const char* v : vars) {
+    for (const char* garbage : {"banana", "12abc", "-", "\xff\xfe", "1e99999", "=,=,"}) {
+      env e;
+      e.vars[v] = garbage;
+      const auto o = e.parse();
+      INFO(v << "=" << garbage);
+      CHECK(e.warnings.size() == 1);
+      if (!e.warnings.empty()) CHECK(e.warnings[0].find(v) != std::string::npos);
+      CHECK(o.enable == defaults.enable);
+      CHECK(o.interval_us == defaults.interval_us);
+      CHECK(o.min_size_bytes == defaults.min_size_bytes);
+      CHECK(o.sinks == defaults.sinks);
+      CHECK(o.labels == defaults.labels);
+      CHECK(o.coll_pool_size == defaults.coll_pool_size);
+    }
+  }
+}
+
+TEST_CASE("out-of-range values are rejected, not wrapped", "[options][hostile]") {
+  env e;
+  e.vars = {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "3"}, {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "-5"}, {"NCCLINSP_LABELS", "node=x"}};
+  const auto o = e.parse();
+  CHECK(e.warnings.size() == 3);
+  CHECK(o.coll_pool_size == 256);
+  CHECK(o.min_size_bytes == 8192);
+  CHECK(o.labels.empty());
+}

@@ -1,0 +1,187 @@
+#include <catch2/catch.hpp>
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <stdexcept>
+
+#include "format_fixture.hpp"
+#include "ncclinsp/sinks/callback_sink.hpp"
+#include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+
+using namespace ncclinsp;
+
+namespace {
+std::string scratch_dir(const std::string& tag) {
+  char tmpl[] = "/tmp/ncclinsp_sinkXXXXXX";
+  const std::string d = ::mkdtemp(tmpl);
+  return d + "/" + tag;
+}
+std::vector<std::string> list_dir(const std::string& d) {
+  std::vector<std::string> out;
+  if (DIR* dir = ::opendir(d.c_str())) {
+    while (auto* e = ::readdir(dir))
+      if (e->d_name[0] != '.' || std::string(e->d_name).find(".tmp") != std::string::npos)
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
+    ::closedir(dir);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("PromTextfileSink writes one file per GPU, creating the directory", "[sink][prom]") {
+  const auto dir = scratch_dir("a/b/prom");
+  std::vector<std::string> logs;
+  PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  const auto snap = fixture::make_snapshot();
+  CHECK(sink.write(snap) == export_result::success);
+  const auto files = list_dir(dir);
+  REQUIRE(files.size() == 2);
+  CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.prom");
+  std::string want;
+  format::write_prometheus(want, snap, "GPU-11111111-2222-3333-4444-555555555555");
+  CHECK(fixture::read_file(dir + "/" + files[0]) == want);
+  CHECK(logs.empty());
+}
+
+TEST_CASE("PromTextfileSink: a path that is a regular file warns once and recovers", "[sink][prom][faults]") {
+  const auto dir = scratch_dir("blocked");
+  std::ofstream(dir) << "not a directory";
+  std::vector<std::string> logs;
+  PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  const auto snap = fixture::make_snapshot();
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(sink.write(snap) == export_result::failure);
+  REQUIRE(logs.size() == 1);  // one warning per distinct error, not one per export
+  CHECK(logs[0].find("Not a directory") != std::string::npos);
+  ::unlink(dir.c_str());
+  CHECK(sink.write(snap) == export_result::success);
+  CHECK(list_dir(dir).size() == 2);
+}
+
+TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no temp file", "[sink][prom][faults]") {
+  const auto dir = scratch_dir("full");
+  const auto snap = fixture::make_snapshot();
+  PromTextfileSink({.dir = dir}).write(snap);
+  const std::string file = dir + "/" + list_dir(dir)[0];
+  const std::string before = fixture::read_file(file);
+  // RLIMIT_FSIZE in a child process: writes past 512 bytes fail with EFBIG (SIGXFSZ is ignored).
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    struct rlimit rl {512, 512};
+    ::setrlimit(RLIMIT_FSIZE, &rl);
+    int warnings = 0;
+    PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view) { ++warnings; }});
+    const bool failed = sink.write(snap) == export_result::failure;
+    ::_exit(failed && warnings == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(fixture::read_file(file) == before);
+  for (const auto& f : list_dir(dir)) CHECK(f.find(".tmp") == std::string::npos);
+}
+
+TEST_CASE("PromTextfileSink removes its files at shutdown only when asked", "[sink][prom]") {
+  const auto dir = scratch_dir("rm");
+  const auto snap = fixture::make_snapshot();
+  PromTextfileSink keep({.dir = dir});
+  keep.write(snap);
+  keep.shutdown();
+  CHECK(list_dir(dir).size() == 2);
+  PromTextfileSink rm({.dir = dir, .remove_on_shutdown = true});
+  rm.write(snap);
+  rm.shutdown();
+  CHECK(list_dir(dir).empty());
+}
+
+TEST_CASE("JsonSink appends every record and a dump_stats line per communicator", "[sink][json]") {
+  const auto dir = scratch_dir("json");
+  const auto snap = fixture::make_snapshot();
+  {
+    JsonSink sink({.dir = dir, .file_name = "ranks.log"});
+    CHECK(sink.write(snap) == export_result::success);
+  }
+  {
+    JsonSink again({.dir = dir, .file_name = "ranks.log"});  // re-init must not truncate (Inspector does)
+    CHECK(again.write(snap) == export_result::success);
+  }
+  const std::string text = fixture::read_file(dir + "/ranks.log");
+  const std::size_t per_write = snap.records.size() + snap.comms.size();
+  CHECK(count_lines(text) == 2 * per_write);
+  std::size_t records = 0, pos = 0;
+  while ((pos = text.find("_perf\":{", pos)) != std::string::npos) ++records, ++pos;
+  CHECK(records == 2 * snap.records.size());
+}
+
+TEST_CASE("JsonSink keeps lines in memory while the directory is unusable, then writes them", "[sink][json][faults]") {
+  const auto dir = scratch_dir("jfault");
+  std::ofstream(dir) << "file in the way";
+  int warnings = 0;
+  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  const auto snap = fixture::make_snapshot();
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(warnings == 1);
+  ::unlink(dir.c_str());
+  CHECK(sink.write(snap) == export_result::success);
+  const std::string text = fixture::read_file(dir + "/x.log");
+  CHECK(count_lines(text) == 3 * (snap.records.size() + snap.comms.size()));
+  CHECK(sink.dropped() == 0);
+}
+
+TEST_CASE("JsonSink rotation counts the records it discards", "[sink][json]") {
+  const auto dir = scratch_dir("rot");
+  const auto snap = fixture::make_snapshot();
+  JsonSink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
+  for (int i = 0; i < 6; ++i) sink.write(snap);
+  const std::size_t per_write = snap.records.size() + snap.comms.size();
+  const std::size_t kept = count_lines(fixture::read_file(dir + "/r.log")) + count_lines(fixture::read_file(dir + "/r.log.1"));
+  CHECK(sink.dropped() > 0);
+  CHECK(kept + sink.dropped() == 6 * per_write + /* dump_stats lines that report drops */ (kept + sink.dropped() - 6 * per_write));
+  CHECK(kept + sink.dropped() >= 6 * per_write);
+  CHECK(fixture::read_file(dir + "/r.log").find("\"dropped_total\":") != std::string::npos);
+}
+
+TEST_CASE("CallbackSink catches exceptions and reports them", "[sink][callback]") {
+  std::vector<std::string> logs;
+  int calls = 0;
+  CallbackSink ok([&](const snapshot& s) { calls += static_cast<int>(s.comms.size()); });
+  CallbackSink bad([](const snapshot&) { throw std::runtime_error("telemetry down"); },
+                   [&](log_level, std::string_view m) { logs.emplace_back(m); });
+  const auto snap = fixture::make_snapshot();
+  CHECK(ok.write(snap) == export_result::success);
+  CHECK(calls == 3);
+  CHECK(bad.write(snap) == export_result::failure);
+  REQUIRE(logs.size() == 1);
+  CHECK(logs[0].find("telemetry down") != std::string::npos);
+}
+
+TEST_CASE("any_sink accepts sink types and forwards optional members", "[sink]") {
+  struct minimal {
+    int* n;
+    export_result write(const snapshot&) noexcept {
+      ++*n;
+      return export_result::success;
+    }
+  };
+  struct not_a_sink {
+    void write(const snapshot&) {}
+  };
+  static_assert(sink<minimal>);
+  static_assert(!sink<not_a_sink>);
+  static_assert(!sink<int>);
+  int n = 0;
+  any_sink s{minimal{&n}};
+  CHECK(s.write(snapshot{}) == export_result::success);
+  s.shutdown();
+  CHECK(s.name() == "sink");
+  CHECK(n == 1);
+}
