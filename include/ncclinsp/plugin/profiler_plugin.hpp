@@ -1,0 +1,500 @@
+#pragma once
+/// The NCCL profiler plugin: event adapter (profiler ABI v4-v7 -> op records) plus the process
+/// state that owns the collector and the exporter. Built into libnccl-profiler-ncclinsp.so by
+/// plugin/exports.cpp, or into an application for NCCL_PROFILER_PLUGIN=STATIC_PLUGIN.
+///
+/// Rules kept here (nccl-profiler-abi.md §7-§9, nccl-newest-delta.md §3):
+///  - Handles and contexts we give NCCL are tagged integers, never pointers: nothing NCCL passes
+///    back (stale, foreign-process PXN, garbage) is ever dereferenced; it is decoded, bounds- and
+///    generation-checked, or ignored.
+///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped.
+///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
+///    max-of-channels); channels are keyed by their real id, which need not start at 0.
+///  - No throw crosses the C ABI; only init may return an error; no I/O on NCCL's threads.
+/// Hot path (startEvent/stopEvent/recordEventState for Coll, P2p, KernelCh): no lock, no
+/// allocation, a few relaxed atomics on the op's own slot.
+
+#include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ncclinsp/abi/nccl_profiler.hpp"
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/exporter.hpp"
+#include "ncclinsp/options.hpp"
+#include "ncclinsp/plugin/device_identity.hpp"
+#include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+#include "ncclinsp/version.hpp"
+
+namespace ncclinsp::plugin {
+
+using abi::result_t;
+
+/// Handle layout (never 0): kind:2 | gen:22 | comm:12 | slot:16 | channel:8 ... packed in 64 bits.
+enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2 };
+struct decoded {
+  handle_kind kind = handle_kind::none;
+  std::uint32_t gen = 0, comm = 0, slot = 0, channel = 0;
+};
+constexpr std::uint64_t encode(handle_kind k, std::uint32_t gen, std::uint32_t comm, std::uint32_t slot, std::uint32_t ch = 0) noexcept {
+  return static_cast<std::uint64_t>(k) << 62 | (std::uint64_t{gen & 0x3FFFFFu} << 40) | (std::uint64_t{comm & 0xFFFFu} << 24) |
+         (std::uint64_t{slot & 0xFFFFu} << 8) | (ch & 0xFFu);
+}
+constexpr decoded decode(const void* h) noexcept {
+  const auto v = reinterpret_cast<std::uintptr_t>(h);
+  return {static_cast<handle_kind>(v >> 62), static_cast<std::uint32_t>((v >> 40) & 0x3FFFFF), static_cast<std::uint32_t>((v >> 24) & 0xFFFF),
+          static_cast<std::uint32_t>((v >> 8) & 0xFFFF), static_cast<std::uint32_t>(v & 0xFF)};
+}
+inline void* as_handle(std::uint64_t v) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v)); }
+
+/// CLOCK_MONOTONIC_COARSE in ns: a vDSO read (~ns), same epoch as steady_clock; used for in-flight ages.
+inline std::uint64_t coarse_ns() noexcept {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+inline std::uint64_t precise_ns() noexcept {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+inline constexpr std::uint32_t max_plugin_comms = default_traits::max_comms;
+
+/// One in-flight op. Written by the enqueuing thread at start, by the completing thread after.
+struct alignas(detail::cache_line) op_slot {
+  std::atomic<std::uint32_t> gen{1};
+  std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
+  std::atomic<std::uint32_t> ch_stopped{0};
+  std::atomic<std::uint64_t> enqueued_at{0};  // coarse CPU ns, 0 = free or completed
+  std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
+  std::atomic<bool> gpu_missing{false};
+  std::uint32_t expected_ch = 0;
+  bool is_ce = false;
+  op_record rec;
+};
+
+/// One communicator on this rank.
+struct comm_state {
+  comm_handle handle = invalid_comm;
+  std::uint32_t gen = 0;  // generation of this comm table entry
+  int nranks = 1;
+  std::uint32_t pool_size = 0;
+  std::unique_ptr<op_slot[]> slots;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> used;  // allocation bitmap
+  alignas(detail::cache_line) std::atomic<std::uint32_t> hint{0};
+  std::atomic<std::uint64_t> p2p_seq{0};
+
+  std::uint32_t words() const noexcept { return (pool_size + 63) / 64; }
+  /// Lock-free slot allocation; UINT32_MAX when the pool is full.
+  std::uint32_t alloc() noexcept {
+    const std::uint32_t n = words(), start = hint.load(std::memory_order_relaxed);
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint32_t w = (start + k) % n;
+      std::uint64_t cur = used[w].load(std::memory_order_relaxed);
+      while (~cur) {
+        const int bit = __builtin_ctzll(~cur);
+        const std::uint32_t idx = w * 64 + static_cast<std::uint32_t>(bit);
+        if (idx >= pool_size) break;
+        if (used[w].compare_exchange_weak(cur, cur | (std::uint64_t{1} << bit), std::memory_order_acquire)) {
+          if (w != start) hint.store(w, std::memory_order_relaxed);
+          return idx;
+        }
+      }
+    }
+    return UINT32_MAX;
+  }
+  void release(std::uint32_t idx) noexcept {
+    slots[idx].enqueued_at.store(0, std::memory_order_relaxed);
+    slots[idx].gen.fetch_add(1, std::memory_order_relaxed);
+    used[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+  }
+  /// Coarse start time of the oldest in-flight op, 0 if none (exporter thread).
+  std::uint64_t oldest() const noexcept {
+    std::uint64_t best = 0;
+    for (std::uint32_t i = 0; i < pool_size; ++i) {
+      const std::uint64_t t = slots[i].enqueued_at.load(std::memory_order_relaxed);
+      if (t && (!best || t < best)) best = t;
+    }
+    return best;
+  }
+  std::uint64_t inflight() const noexcept {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < pool_size; ++i) n += slots[i].enqueued_at.load(std::memory_order_relaxed) != 0;
+    return n;
+  }
+};
+
+/// Process-wide plugin state: options, collector, exporter, communicator table. Created at the
+/// first init and kept for the life of the process (the library pins itself in memory), so a
+/// later communicator reuses it and counters continue.
+class plugin_state {
+ public:
+  static plugin_state& get() {
+    static plugin_state* s = new plugin_state();  // never destroyed: NCCL threads may outlive static destructors
+    return *s;
+  }
+
+  // ---- init / finalize (cold) ------------------------------------------------------------------
+  result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank, abi::logger_t logfn,
+                int abi_version) noexcept {
+    if (context) *context = nullptr;
+    try {
+      std::lock_guard lk(mu_);
+      if (logfn) logger_.store(logfn, std::memory_order_release);
+      if (!configured_) configure(abi_version);
+      if (!opts_.enable) return abi::success;  // inert, as Inspector with NCCL_INSPECTOR_ENABLE unset
+      if (!context || nranks <= 0 || rank < 0 || rank >= nranks || nnodes <= 0) {
+        log(log_level::warn, "init called with invalid arguments (nranks=" + std::to_string(nranks) + ", rank=" + std::to_string(rank) +
+                                 "); running without ncclinsp for this communicator");
+        return abi::invalid_argument;
+      }
+      auto cs = std::make_unique<comm_state>();
+      cs->nranks = nranks;
+      cs->pool_size = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
+      if (cs->pool_size > 65535) cs->pool_size = 65535;
+      cs->slots.reset(new op_slot[cs->pool_size]);
+      cs->used.reset(new std::atomic<std::uint64_t>[cs->words()]);
+      for (std::uint32_t w = 0; w < cs->words(); ++w) cs->used[w].store(0, std::memory_order_relaxed);
+      const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
+      comm_state* raw = cs.get();
+      const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(), .hash = hash, .rank = rank, .nranks = nranks,
+                                            .nnodes = nnodes, .device = dev.ordinal, .uuid = dev.uuid},
+                                           [raw] { return raw->oldest(); });
+      if (h == invalid_comm || h >= max_plugin_comms) {
+        log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) + " in this process); running without ncclinsp for it");
+        return abi::internal_error;
+      }
+      cs->handle = h;
+      cs->gen = ++comm_gen_;
+      comms_[h].store(cs.release(), std::memory_order_release);
+      *context = as_handle(encode(handle_kind::op, comms_[h].load()->gen, h, 0xFFFF));
+      if (live_comms_++ == 0) start_exporter();
+      if (mask) {
+        int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
+        if (opts_.enable_p2p) m |= static_cast<int>(abi::ev_p2p);
+        if (abi_version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
+        *mask = m;
+      }
+      return abi::success;
+    } catch (...) {
+      return abi::internal_error;  // NCCL unloads us for this communicator and carries on
+    }
+  }
+
+  result_t finalize(void* context) noexcept {
+    try {
+      comm_state* cs = comm_from_context(context);
+      if (!cs) return abi::success;
+      std::unique_lock lk(mu_);
+      if (comms_[cs->handle].load() != cs) return abi::success;  // finalize twice
+      comms_[cs->handle].store(nullptr, std::memory_order_release);
+      // In-flight ops never complete now (NCCL >= 2.31 purges them): counted as abandoned.
+      col_->retire_comm(cs->handle, cs->inflight());
+      delete cs;
+      if (--live_comms_ == 0 && exporter_) {
+        auto ex = std::move(exporter_);
+        lk.unlock();
+        // Final flush, bounded: never stalls teardown. If the sinks are stuck (a hung filesystem),
+        // the detached exporter keeps its state alive; the library is pinned in memory.
+        if (!ex->stop(std::chrono::milliseconds(100))) (void)ex.release();
+      }
+    } catch (...) {
+    }
+    return abi::success;
+  }
+
+  // ---- events (hot) ----------------------------------------------------------------------------
+  template <class Descr>
+  result_t start_event(void* context, void** handle, const Descr* d) noexcept {
+    if (!handle) return abi::success;
+    *handle = nullptr;
+    if (!d) return abi::success;
+    const std::uint64_t type = d->type;
+    if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if (type == abi::ev_coll) return start_coll(context, handle, d);
+    if (type == abi::ev_p2p) return start_p2p(context, handle, d);
+    if constexpr (requires { d->ceColl; }) {
+      if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
+    }
+    // Everything else (ancestors NCCL emits anyway, ProxyOp incl. foreign-pid PXN ops, types a RAS
+    // mask override enables, KernelPhase): no handle, nothing dereferenced.
+    return abi::success;
+  }
+
+  result_t stop_event(void* handle) noexcept {
+    const decoded k = decode(handle);
+    if (k.kind == handle_kind::channel) return stop_channel(k);
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->pool_size) return abi::success;
+    op_slot& s = cs->slots[k.slot];
+    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;  // stale or already released
+    if (s.is_ce || s.expected_ch == 0) complete(*cs, k.slot, s, /*enqueue_only=*/true);
+    drop_ref(*cs, k.slot, s);
+    return abi::success;
+  }
+
+  result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
+    if (state != abi::st_kernel_ch_stop) return abi::success;
+    const decoded k = decode(handle);
+    if (k.kind != handle_kind::channel) return abi::success;
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->pool_size) return abi::success;
+    op_slot& s = cs->slots[k.slot];
+    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
+    if (t) atomic_max(s.gpu_hi, t);
+    else s.gpu_missing.store(true, std::memory_order_relaxed);
+    return abi::success;
+  }
+
+  const options& opts() const noexcept { return opts_; }
+  collector<>* get_collector() noexcept { return col_.get(); }
+  /// Forces an export now (tests, STATIC_PLUGIN users).
+  bool flush() {
+    std::lock_guard lk(mu_);
+    return exporter_ && exporter_->flush();
+  }
+
+ private:
+  plugin_state() = default;
+
+  void configure(int abi_version) {
+    configured_ = true;
+    pin_library();
+    opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
+    collector_options co;
+    co.record_ring_capacity = opts_.has_sink("json") ? opts_.coll_ring_size + (opts_.enable_p2p ? opts_.p2p_ring_size : 0) : 0;
+    co.user_tag_label = opts_.user_tag_label;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,
+                   .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
+    col_ = std::make_unique<collector<>>(std::move(co));
+    std::string banner = "ncclinsp " NCCLINSP_VERSION_STRING " loaded through profiler ABI v" + std::to_string(abi_version);
+    banner += opts_.enable ? "; configuration:\n" + opts_.describe() : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
+    log(log_level::info, banner);
+  }
+
+  void start_exporter() {
+    std::vector<any_sink> sinks;
+    auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
+    if (opts_.has_sink("prom"))
+      sinks.emplace_back(PromTextfileSink({.dir = opts_.dump_dir, .remove_on_shutdown = !opts_.keep_prom_files, .log = lg}));
+    if (opts_.has_sink("json")) sinks.emplace_back(JsonSink({.dir = opts_.dump_dir, .max_file_bytes = opts_.json_max_bytes, .log = lg}));
+    exporter_ = std::make_unique<exporter<collector<>>>(*col_, std::move(sinks),
+                                                        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg});
+    exporter_->start();
+  }
+
+  /// Keeps this library mapped after NCCL's dlclose: the exporter thread may outlive the last
+  /// finalize (bounded wait), and a later communicator finds its state again.
+  static void pin_library() {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&pin_library), &info) && info.dli_fname) ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE | RTLD_NOLOAD);
+  }
+
+  void log(log_level lvl, const std::string& msg) noexcept {
+    if (auto fn = logger_.load(std::memory_order_acquire))
+      fn(lvl == log_level::warn ? abi::log_warn : abi::log_info, abi::subsys_profile, __FILE__, __LINE__, "ncclinsp: %s", msg.c_str());
+    else
+      stderr_log(lvl, msg);
+  }
+
+  comm_state* live_comm(std::uint32_t idx) const noexcept {
+    return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_acquire) : nullptr;
+  }
+  comm_state* comm_from_context(void* context) const noexcept {
+    const decoded k = decode(context);
+    if (k.kind != handle_kind::op || k.slot != 0xFFFF) return nullptr;
+    comm_state* cs = live_comm(k.comm);
+    return cs && (cs->gen & 0x3FFFFF) == k.gen ? cs : nullptr;
+  }
+
+  static void atomic_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    std::uint64_t cur = a.load(std::memory_order_relaxed);
+    while ((cur == 0 || v < cur) && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+  }
+  static void atomic_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    std::uint64_t cur = a.load(std::memory_order_relaxed);
+    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+  }
+
+  /// Takes a slot and fills the common fields; returns the slot index or UINT32_MAX.
+  std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels, bool ce) noexcept {
+    op_record rec;
+    rec.fn = f;
+    set_size(rec, count, parse_dtype(dtype_name));
+    if (rec.bytes_valid && rec.bytes < opts_.min_size_bytes) {
+      col_->note_filtered(cs.handle, filter_reason::min_size);
+      return UINT32_MAX;
+    }
+    const std::uint32_t idx = cs.alloc();
+    if (idx == UINT32_MAX) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs.handle, drop_reason::op_pool_full);
+      return UINT32_MAX;
+    }
+    op_slot& s = cs.slots[idx];
+    rec.channels = static_cast<std::uint16_t>(channels);
+    s.rec = rec;
+    s.expected_ch = channels;
+    s.is_ce = ce;
+    s.ch_stopped.store(0, std::memory_order_relaxed);
+    s.gpu_lo.store(0, std::memory_order_relaxed);
+    s.gpu_hi.store(0, std::memory_order_relaxed);
+    s.cpu_lo.store(0, std::memory_order_relaxed);
+    s.cpu_hi.store(0, std::memory_order_relaxed);
+    s.gpu_missing.store(false, std::memory_order_relaxed);
+    s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
+    s.enqueued_at.store(coarse_ns(), std::memory_order_release);
+    col_->note_started(cs.handle);
+    return idx;
+  }
+
+  void* op_handle(const comm_state& cs, std::uint32_t idx) noexcept {
+    return as_handle(encode(handle_kind::op, cs.slots[idx].gen.load(std::memory_order_relaxed), cs.handle, idx));
+  }
+
+  template <class Descr>
+  result_t start_coll(void* context, void** handle, const Descr* d) noexcept {
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const func f = parse_func(d->coll.func);
+    const std::uint32_t idx = begin_op(*cs, f, d->coll.count, d->coll.datatype, d->coll.nChannels, false);
+    if (idx == UINT32_MAX) return abi::success;
+    op_record& r = cs->slots[idx].rec;
+    r.seq = d->coll.seqNumber;
+    r.alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
+    if constexpr (requires { d->coll.userTag; }) {
+      r.user_tag = d->coll.userTag;
+      if (d->coll.isSymColl) {
+        r.alg = algo::sym;
+        r.pro = proto::none;
+      }
+    }
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  template <class Descr>
+  result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
+    if (!opts_.enable_p2p) return abi::success;
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const func f = parse_func(d->p2p.func);
+    const std::uint32_t idx = begin_op(*cs, f, d->p2p.count, d->p2p.datatype, d->p2p.nChannels, false);
+    if (idx == UINT32_MAX) return abi::success;
+    op_record& r = cs->slots[idx].rec;
+    r.peer = d->p2p.peer;
+    r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    r.alg = algo::none;
+    r.pro = proto::none;
+    if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  template <class Descr>
+  result_t start_ce(void* context, void** handle, const Descr* d) noexcept {
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const std::uint32_t idx = begin_op(*cs, parse_func(d->ceColl.func), d->ceColl.count, d->ceColl.datatype, 0, true);
+    if (idx == UINT32_MAX) return abi::success;
+    op_slot& s = cs->slots[idx];
+    s.rec.seq = d->ceColl.seqNumber;
+    s.rec.alg = algo::none;
+    s.rec.pro = proto::none;
+    if constexpr (requires { d->ceColl.userTag; }) s.rec.user_tag = d->ceColl.userTag;
+    s.cpu_lo.store(precise_ns(), std::memory_order_relaxed);
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  result_t start_channel(void** handle, void* parent, std::uint8_t channel, std::uint64_t gpu_start) noexcept {
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->pool_size) return abi::success;
+    op_slot& s = cs->slots[k.slot];
+    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    if (gpu_start)
+      atomic_min(s.gpu_lo, gpu_start);
+    else {
+      s.gpu_missing.store(true, std::memory_order_relaxed);
+      atomic_min(s.cpu_lo, precise_ns());
+    }
+    *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
+    return abi::success;
+  }
+
+  result_t stop_channel(const decoded& k) noexcept {
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->pool_size) return abi::success;
+    op_slot& s = cs->slots[k.slot];
+    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    if (s.gpu_missing.load(std::memory_order_relaxed)) atomic_max(s.cpu_hi, precise_ns());
+    const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (stopped == s.expected_ch) {
+      complete(*cs, k.slot, s, false);
+      drop_ref(*cs, k.slot, s);
+    }
+    return abi::success;
+  }
+
+  /// Builds the record from the channel timestamps and hands it to the collector.
+  void complete(comm_state& cs, std::uint32_t idx, op_slot& s, bool enqueue_only) noexcept {
+    (void)idx;
+    op_record r = s.rec;
+    const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
+    if (!enqueue_only && !s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
+      r.timing = timing_source::kernel_gpu;
+      r.start_ns = glo;
+      r.end_ns = ghi;
+    } else if (!enqueue_only && s.cpu_lo.load(std::memory_order_relaxed)) {
+      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times
+      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
+      r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
+    } else {
+      r.timing = timing_source::collective_cpu;  // CE ops, ops without channels: enqueue span only
+      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
+      r.end_ns = precise_ns();
+      if (!r.start_ns) r.start_ns = r.end_ns;
+    }
+    s.enqueued_at.store(0, std::memory_order_relaxed);
+    if (r.timing != timing_source::kernel_gpu && opts_.require_kernel_timing && !s.is_ce)
+      col_->note_filtered(cs.handle, filter_reason::no_gpu_timing);
+    else
+      col_->record(cs.handle, r);
+  }
+
+  void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
+    if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) cs.release(idx);
+  }
+
+  std::mutex mu_;
+  bool configured_ = false;
+  options opts_;
+  std::unique_ptr<collector<>> col_;
+  std::unique_ptr<exporter<collector<>>> exporter_;
+  std::atomic<abi::logger_t> logger_{nullptr};
+  std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};
+  std::uint32_t comm_gen_ = 0;
+  std::uint32_t live_comms_ = 0;
+};
+
+}  // namespace ncclinsp::plugin
