@@ -48,8 +48,12 @@ def lab(d):
     return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in d.items()) + "}"
 
 
-def render(node, idx, t, speed):
-    """One GPU's .prom text at elapsed time t (s). speed scales bandwidth (node1 slower)."""
+def render(node, idx, t, speed, degrade_at=None, degrade=1.0, hang_at=None):
+    """One GPU's .prom text at elapsed time t (s). speed scales bandwidth (node1 slower).
+
+    degrade_at/degrade: from t=degrade_at on, AllGather on the n_nodes>1 comm runs at `degrade` x
+    its bandwidth (counters stay monotonic). hang_at: from then on, the n_nodes>1 comm has an op
+    in flight that never completes (oldest_inflight_age_seconds grows)."""
     uuid = f"GPU-0000000{idx}-1111-2222-3333-44444444444{idx}"
     ident = {"slurm_job_id": JOB, "node": node, "gpu": "GPU0", "uuid": uuid}
     fam = {}  # name -> (type, help, [lines])
@@ -69,6 +73,8 @@ def render(node, idx, t, speed):
             ops = ops_per_s * t
             msg = 24 * 2**20
             busy = ops * (msg * 1.5 / base)  # each op moves ~1.5x msg bus bytes
+            if degrade_at is not None and n_nodes > 1 and coll == "AllGather" and t > degrade_at:
+                busy += ops_per_s * (t - degrade_at) * (msg * 1.5 / base) * (1.0 / degrade - 1.0)
             add("ncclinsp_ops_total", "counter", "Completed ops.", op_l, ops)
             add("ncclinsp_bytes_total", "counter", "Message bytes.", op_l, ops * msg)
             add("ncclinsp_bus_bytes_total", "counter", "Bus bytes.", op_l, ops * msg * 1.5)
@@ -96,7 +102,9 @@ def render(node, idx, t, speed):
                 add("nccl_bus_bandwidth_gbs", "gauge", "Window geomean busbw (GB/s).", il, base / 1e9)
                 add("nccl_collective_exec_time_microseconds", "gauge", "Window mean exec time (us).", il, dur * 1e6)
         add("ncclinsp_inflight_ops", "gauge", "In-flight ops.", comm_l, 1)
-        add("ncclinsp_oldest_inflight_age_seconds", "gauge", "Oldest in-flight op age.", comm_l, 0.002)
+        hung = hang_at is not None and n_nodes > 1 and t > hang_at
+        add("ncclinsp_oldest_inflight_age_seconds", "gauge", "Oldest in-flight op age.", comm_l,
+            (t - hang_at) if hung else 0.002)
         add("ncclinsp_seconds_since_last_completion", "gauge", "Since last completion.", comm_l, 0.01)
         add("ncclinsp_last_completed_seq", "gauge", "Last completed seq.", dict(comm_l, collective="AllReduce"),
             int(50 * t))
@@ -137,9 +145,9 @@ def write_atomic(path, text):
 
 
 class Writer(threading.Thread):
-    def __init__(self, root, period=0.5):
+    def __init__(self, root, period=0.5, **scenario):
         super().__init__(daemon=True)
-        self.root, self.period = root, period
+        self.root, self.period, self.scenario = root, period, scenario
         self.stop_ev = threading.Event()
         self.t0 = time.monotonic() - 30  # counters start "30 s into the job"
         self.error = None
@@ -147,7 +155,7 @@ class Writer(threading.Thread):
     def write_once(self):
         t = time.monotonic() - self.t0
         for i, node in enumerate(NODES):
-            text, uuid = render(node, i, t, 1.0 if i == 0 else 0.8)
+            text, uuid = render(node, i, t, 1.0 if i == 0 else 0.8, **self.scenario)
             write_atomic(os.path.join(self.root, node, f"nccl_inspector_metrics_{uuid}.prom"), text)
             write_atomic(os.path.join(self.root, node, "ncclinsp_sim.prom"),
                          render_sim(node, t, 310.0 if i == 0 else 300.0))
