@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
@@ -42,7 +43,7 @@ namespace ncclinsp::plugin {
 using abi::result_t;
 
 /// Handle layout (never 0): kind:2 | gen:22 | comm:12 | slot:16 | channel:8 ... packed in 64 bits.
-enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2 };
+enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, group = 3 };
 struct decoded {
   handle_kind kind = handle_kind::none;
   std::uint32_t gen = 0, comm = 0, slot = 0, channel = 0;
@@ -225,6 +226,10 @@ class plugin_state {
     if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
+    if constexpr (std::is_same_v<Descr, abi::descr_v4>) {
+      // NCCL 2.27 starts Coll/P2p only under a non-NULL Group handle: give a constant, inert one.
+      if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::group, 0, 0, 0));
+    }
     if constexpr (requires { d->ceColl; }) {
       if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
     }

@@ -1,0 +1,355 @@
+// Drives the built libnccl-profiler-ncclinsp.so through its exported tables, as NCCL does. The
+// plugin keeps process-wide state configured from the environment at its first init, so every
+// scenario runs in a forked child (which dlopens the plugin itself); the parent checks the files.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nccl_driver.hpp"
+#include "ncclinsp/bandwidth.hpp"
+
+namespace sim = ncclinsp::sim;
+
+namespace {
+
+std::string fresh_dir() {
+  char t[] = "/tmp/ncclinsp_plugin_XXXXXX";
+  return ::mkdtemp(t);
+}
+
+std::vector<std::string> files_in(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(dir + "/" + n);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// Value of the first sample of `family` whose label text contains every needle; NaN if none.
+double sample(const std::string& text, const std::string& family, std::initializer_list<std::string> needles) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(family + "{", 0) != 0) continue;
+    bool ok = true;
+    for (const auto& n : needles) ok = ok && line.find(n) != std::string::npos;
+    if (ok) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nan("");
+}
+
+/// Runs `body` in a forked child with `env` set; returns the child's exit code (or -signal).
+int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 98;
+    }
+    ::_exit(rc);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+/// Makes this thread "current on GPU <ordinal>" for the plugin's device lookup.
+void set_device(int ordinal) {
+  static void* lib = ::dlopen(NCCLINSP_SIMCUDA_LIB, RTLD_NOW | RTLD_GLOBAL);
+  using fn_t = void (*)(int, const unsigned char*);
+  static auto fn = reinterpret_cast<fn_t>(::dlsym(lib, "ncclinsp_simcuda_set_device"));
+  unsigned char uuid[16];
+  for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(0x10 * (ordinal + 1) + i);
+  fn(ordinal, uuid);
+}
+std::string uuid_of(int ordinal) {
+  char b[64];
+  const int o = 0x10 * (ordinal + 1);
+  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
+                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
+  return b;
+}
+
+std::map<std::string, std::string> prom_env(const std::string& dir) {
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},
+          {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+          {"NCCL_INSPECTOR_DUMP_DIR", dir},
+          {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+          {"NCCLINSP_NODE_NAME", "nodeT"},
+          {"SLURM_JOB_ID", "77"}};
+}
+
+constexpr std::uint64_t t0 = 1'800'000'000'000'000'000ull;  // GPU globaltimer ns
+
+/// AllReduce 4 MiB on channels 2..5 with a 500 us span, AllGather 1 MiB/rank on 2 channels over
+/// 200 us (grouped after it), and a Send of 8 MiB on channel 5 over 100 us.
+int drive_basic(int abi) {
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi);
+  if (!lib.ok() || lib.abi() != abi) return 10;
+  set_device(3);
+  sim::comm_driver comm(lib, {.comm_hash = 0xabcdef0123456789ull, .name = "tp", .n_nodes = 1, .n_ranks = 4, .rank = 1});
+  if (comm.init_result() != ncclinsp::abi::success || !comm.context()) return 11;
+  if (!(comm.mask() & ncclinsp::abi::ev_kernel_ch) || !(comm.mask() & ncclinsp::abi::ev_coll)) return 12;
+  sim::op_desc ops[2];
+  ops[0] = {.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1u << 20, .n_channels = 4, .channel_lo = 2};
+  ops[1] = {.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1u << 20, .algo = "NVLS", .proto = "LL128", .n_channels = 2, .channel_lo = 6};
+  sim::pending_op p[2];
+  comm.enqueue(ops, p, /*user_group=*/1);
+  if (p[0].channel_lo != 2 || p[1].channel_lo != 6) return 13;  // grouped: channels do not start at 0
+  const sim::kernel_time ch[4] = {{t0 + 1000, t0 + 501000}, {t0 + 1200, t0 + 480000}, {t0 + 1100, t0 + 500500}, {t0 + 1500, t0 + 499000}};
+  comm.complete(p[0], ch);
+  comm.complete(p[1], t0 + 600'000, t0 + 800'000);
+  sim::op_desc send{.kind = sim::op_kind::p2p, .func = sim::nccl_func::send, .dtype = sim::nccl_dtype::int8, .count = 8u << 20, .peer = 2,
+                    .n_channels = 1, .channel_lo = 5};
+  const auto ps = comm.enqueue(send);
+  comm.complete(ps, t0 + 900'000, t0 + 1'000'000);
+  const auto begin = std::chrono::steady_clock::now();
+  comm.finalize();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
+  return ms < 100 ? 0 : 14;  // teardown flush is bounded
+}
+
+}  // namespace
+
+TEST_CASE("each ABI version: busbw and exec time from GPU timestamps, channels not starting at 0, P2P", "[plugin]") {
+  for (int abi : {4, 5, 6, 7}) {
+    INFO("ABI v" << abi);
+    const std::string dir = fresh_dir();
+    REQUIRE(in_child(prom_env(dir), [abi] { return drive_basic(abi); }) == 0);
+    const auto files = files_in(dir, ".prom");
+    REQUIRE(files.size() == 1);
+    CHECK(files[0] == dir + "/nccl_inspector_metrics_" + uuid_of(3) + ".prom");
+    const std::string text = slurp(files[0]);
+    INFO(text.substr(0, 2000));
+    const std::string ver = "version=\"v" + std::to_string(abi) + ".1\"";
+    // AllReduce: span 500 us (earliest channel start to latest stop), 4 MiB, n=4.
+    CHECK(sample(text, "nccl_bus_bandwidth_gbs", {ver, "gpu=\"GPU3\"", "collective=\"AllReduce\"", "message_size=\"4-5MB\"", "algo_proto=\"RING_SIMPLE\""}) ==
+          Approx(ncclinsp::busbw_gbs(ncclinsp::func::all_reduce, 4u << 20, 4, 500'000)));
+    CHECK(sample(text, "nccl_collective_exec_time_microseconds", {"collective=\"AllReduce\""}) == Approx(500.0));
+    CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllGather\"", "message_size=\"1-2MB\"", "algo_proto=\"NVLS_LL128\""}) ==
+          Approx(ncclinsp::busbw_gbs(ncclinsp::func::all_gather, 1u << 20, 4, 200'000)));
+    CHECK(sample(text, "nccl_p2p_bus_bandwidth_gbs", {"p2p_operation=\"Send\"", "message_size=\"8-9MB\""}) == Approx(83.886080));
+    CHECK(sample(text, "nccl_p2p_exec_time_microseconds", {"p2p_operation=\"Send\""}) == Approx(100.0));
+    CHECK(sample(text, "ncclinsp_ops_total", {"comm_hash=\"abcdef0123456789\"", "rank=\"1\"", "collective=\"AllReduce\"", "message_size=\"4MiB-8MiB\""}) == 1);
+    CHECK(sample(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) == Approx(500e-6));
+    CHECK(sample(text, "ncclinsp_bus_bytes_total", {"collective=\"AllReduce\""}) == Approx(1.5 * (4u << 20)));
+    CHECK(sample(text, "ncclinsp_last_completed_seq", {"collective=\"AllReduce\""}) == 0);
+    CHECK(sample(text, "ncclinsp_info", {"abi=\"v" + std::to_string(abi) + "\"", "final=\"1\""}) == 1);
+    CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"tp\""}) == 0);
+    CHECK(text.find("slurm_job_id=\"77\"") != std::string::npos);
+    CHECK(text.find("node=\"nodeT\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("disabled by default, like Inspector: success, no context, mask untouched, no files", "[plugin]") {
+  const std::string dir = fresh_dir();
+  auto env = prom_env(dir);
+  env.erase("NCCL_INSPECTOR_ENABLE");
+  CHECK(in_child(env, [] {
+          sim::plugin_library lib(NCCLINSP_PLUGIN_SO);
+          sim::comm_driver::set_mask(0);
+          sim::comm_driver comm(lib, {.comm_hash = 1, .name = "x", .n_ranks = 2});
+          return comm.init_result() == ncclinsp::abi::success && !comm.context() && comm.mask() == 0 ? 0 : 1;
+        }) == 0);
+  CHECK(files_in(dir, ".prom").empty());
+}
+
+TEST_CASE("init failure leaves NCCL running; NULL and garbage handles are ignored", "[plugin][hostile]") {
+  const std::string dir = fresh_dir();
+  CHECK(in_child(prom_env(dir), [] {
+          sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+          set_device(0);
+          auto t = lib.table<7>();
+          void* ctx = reinterpret_cast<void*>(0x1);
+          int mask = 0;
+          if (t->init(&ctx, 1, &mask, "bad", 1, 0, 0, nullptr) == ncclinsp::abi::success || ctx) return 1;  // nranks = 0
+          // NCCL goes on calling with a NULL context, and with handles we never gave out.
+          ncclinsp::abi::descr_v7 d{};
+          d.type = ncclinsp::abi::ev_coll;
+          void* h = reinterpret_cast<void*>(0x1);
+          t->startEvent(nullptr, &h, &d);
+          if (h) return 2;
+          for (std::uintptr_t bogus : {std::uintptr_t{0}, std::uintptr_t{0x10}, ~std::uintptr_t{0}, std::uintptr_t{0x4000000000000001ull},
+                                       std::uintptr_t{0x8000000000ffff00ull}}) {
+            ncclinsp::abi::state_args a{};
+            t->stopEvent(reinterpret_cast<void*>(bogus));
+            t->recordEventState(reinterpret_cast<void*>(bogus), ncclinsp::abi::st_kernel_ch_stop, &a);
+            t->recordEventState(reinterpret_cast<void*>(bogus), ncclinsp::abi::st_kernel_ch_stop, nullptr);
+            d.type = ncclinsp::abi::ev_kernel_ch;
+            d.parentObj = reinterpret_cast<void*>(bogus);
+            t->startEvent(nullptr, &h, &d);
+            t->finalize(reinterpret_cast<void*>(bogus));
+          }
+          // A valid communicator still works afterwards.
+          sim::comm_driver comm(lib, {.comm_hash = 2, .name = "ok", .n_ranks = 2});
+          const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+          comm.complete(p, t0, t0 + 1000);
+          t->stopEvent(p.task_handle);  // already stopped: ignored
+          t->stopEvent(p.task_handle);
+          comm.finalize();
+          t->finalize(comm.context());  // finalize twice
+          return 0;
+        }) == 0);
+  const auto files = files_in(dir, ".prom");
+  REQUIRE(files.size() == 1);
+  CHECK(sample(slurp(files[0]), "ncclinsp_ops_total", {"comm_name=\"ok\"", "collective=\"AllReduce\""}) == 1);
+}
+
+TEST_CASE("copy-engine collectives, foreign-pid PXN ops and a RAS mask override", "[plugin]") {
+  const std::string dir = fresh_dir();
+  CHECK(in_child(prom_env(dir), [] {
+          sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 6);
+          set_device(1);
+          sim::comm_driver comm(lib, {.comm_hash = 3, .name = "ce", .n_nodes = 2, .n_ranks = 8, .rank = 0, .mask_override = 0x7FFF});
+          if (comm.mask() != 0x7FFF) return 1;
+          const auto ce = comm.enqueue(sim::op_desc{.kind = sim::op_kind::ce_coll, .func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8,
+                                                    .count = 4u << 20});
+          (void)ce;
+          // Every event type arrives now (ProxyOp, ProxyStep, ProxyCtrl, NetPlugin...).
+          const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::reduce_scatter, .dtype = sim::nccl_dtype::bfloat16, .count = 1u << 20,
+                                                   .n_channels = 2, .channel_lo = 4});
+          comm.complete(p, t0, t0 + 250'000);
+          comm.proxy_ctrl(3);
+          // PXN: a ProxyOp progressed here for another process; parent and context are foreign addresses.
+          for (int i = 0; i < 100; ++i) comm.foreign_proxy_op(::getpid() + 1, 3, 1, 0);
+          comm.finalize();
+          return 0;
+        }) == 0);
+  const auto files = files_in(dir, ".prom");
+  REQUIRE(files.size() == 1);
+  const std::string text = slurp(files[0]);
+  INFO(text.substr(0, 3000));
+  CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"AllGather\"", "algo_proto=\"none\""}) == 1);  // CE, CPU-timed
+  CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"ReduceScatter\""}) == 1);
+  CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"ReduceScatter\"", "n_nodes=\"2\""}) ==
+        Approx(ncclinsp::busbw_gbs(ncclinsp::func::reduce_scatter, 2u << 20, 8, 250'000)));
+}
+
+TEST_CASE("missing GPU timing: filtered and counted by default, CPU-timed on request", "[plugin]") {
+  for (const char* require : {"1", "0"}) {
+    const std::string dir = fresh_dir();
+    auto env = prom_env(dir);
+    env["NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING"] = require;
+    REQUIRE(in_child(env, [] {
+              sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 5);
+              set_device(0);
+              sim::comm_driver comm(lib, {.comm_hash = 4, .name = "cpu", .n_ranks = 2});
+              const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20,
+                                                       .n_channels = 2});
+              const sim::kernel_time ch[2] = {{0, 0}, {0, 0}};  // globaltimer missing
+              comm.complete(p, ch);
+              comm.finalize();
+              return 0;
+            }) == 0);
+    const std::string text = slurp(files_in(dir, ".prom").at(0));
+    if (std::string(require) == "1") {
+      CHECK(sample(text, "ncclinsp_filtered_ops_total", {"reason=\"no_gpu_timing\""}) == 1);
+      CHECK(std::isnan(sample(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""})));
+    } else {
+      CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 1);
+      CHECK(sample(text, "ncclinsp_filtered_ops_total", {"reason=\"no_gpu_timing\""}) == 0);
+    }
+  }
+}
+
+TEST_CASE("minimum size filter, pool exhaustion and hung ops are counted, never silent", "[plugin]") {
+  const std::string dir = fresh_dir();
+  auto env = prom_env(dir);
+  env["NCCL_INSPECTOR_COLL_POOL_SIZE"] = "10";
+  env["NCCL_INSPECTOR_P2P_POOL_SIZE"] = "10";
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "200000";
+  REQUIRE(in_child(env, [&dir] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(2);
+            sim::comm_driver comm(lib, {.comm_hash = 5, .name = "hang", .n_nodes = 2, .n_ranks = 16, .rank = 3});
+            comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1024});  // 4 KiB < 8192
+            // 25 ops that never complete: 20 fit the pool (10 + 10), 5 are dropped and counted.
+            std::vector<sim::pending_op> hung;
+            for (int i = 0; i < 25; ++i) {
+              hung.push_back(comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20, .n_channels = 2}));
+              if (hung.back().task_handle) comm.start_only(hung.back(), t0);
+            }
+            ::usleep(1'500'000);  // the exporter (200 ms) sees them age
+            const std::string live = slurp(files_in(dir, ".prom").at(0));
+            if (!(sample(live, "ncclinsp_oldest_inflight_age_seconds", {"comm_name=\"hang\""}) >= 1.0)) return 2;
+            if (sample(live, "ncclinsp_inflight_ops", {"comm_name=\"hang\""}) != 20) return 3;
+            comm.finalize();  // NCCL >= 2.31 purges them without callbacks
+            return 0;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  INFO(text.substr(0, 3000));
+  CHECK(sample(text, "ncclinsp_filtered_ops_total", {"reason=\"min_size\""}) == 1);
+  CHECK(sample(text, "ncclinsp_dropped_events_total", {"reason=\"op_pool_full\""}) == 5);
+  CHECK(sample(text, "ncclinsp_abandoned_ops_total", {"comm_name=\"hang\""}) == 20);
+  CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"hang\""}) == 0);
+}
+
+TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin][json]") {
+  const std::string dir = fresh_dir();
+  auto env = prom_env(dir);
+  env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
+  REQUIRE(in_child(env, [] { return drive_basic(7); }) == 0);
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  const std::string text = slurp(logs[0]);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3 + 1);  // 3 ops + one dump_stats
+  CHECK(text.find("\"coll_perf\":{\"coll\":\"AllReduce\",\"coll_sn\":0,\"coll_msg_size_bytes\":4194304,\"coll_exec_time_us\":500.000,"
+                  "\"coll_timing_source\":\"kernel_gpu\"") != std::string::npos);
+  CHECK(text.find("\"id\":\"0xabcdef0123456789\"") != std::string::npos);  // full hash, not truncated
+  CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":2") != std::string::npos);
+}
+
+TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", "[plugin][hostile]") {
+  const std::string dir = fresh_dir();
+  REQUIRE(in_child(prom_env(dir), [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            sim::comm_driver keep(lib, {.comm_hash = 9, .name = std::string("q\"b\\n\nl\xff\xfe") + std::string(10000, 'x'), .n_ranks = 2});
+            auto p = keep.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
+            keep.complete(p, t0, t0 + 1000);
+            for (int i = 0; i < 1000; ++i) {
+              sim::comm_driver c(lib, {.comm_hash = 100u + i, .name = "c" + std::to_string(i), .n_ranks = 2});
+              if (c.init_result() != ncclinsp::abi::success) return 1;
+              auto q = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
+              c.complete(q, t0, t0 + 1000);
+            }
+            return 0;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  CHECK(text.find("comm_name=\"q\\\"b\\\\n\\nl\xEF\xBF\xBD\xEF\xBF\xBD") != std::string::npos);
+  if (std::string(NCCLINSP_PROMTOOL).empty()) return;
+  const std::string cmd = std::string(NCCLINSP_PROMTOOL) + " check metrics < " + files_in(dir, ".prom").at(0) + " 2>&1 | grep -v microseconds";
+  FILE* pp = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, pp)) out += buf;
+  ::pclose(pp);
+  CHECK(out.empty());
+}
