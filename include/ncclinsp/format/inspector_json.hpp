@@ -3,7 +3,9 @@
 /// `coll_perf` / `p2p_perf`), format v4.3 (with `coll_algo`/`coll_proto` and user tags as decimal
 /// strings), plus a `dump_stats` record per communicator and export with totals and drops.
 /// Differences from Inspector, on purpose: the full 16-digit communicator hash, exec time with
-/// sub-microsecond decimals, the op's own completion time (`*_end_ts_ns`), the real channel count.
+/// sub-microsecond decimals, the op's own start and completion times (`*_start_ts_ns`,
+/// `*_end_ts_ns`, on the op's timing clock), the real channel count, and `metadata.node` (the node
+/// label, which differs from `hostname` under NCCLINSP_NODE_NAME).
 /// Thread-safety: pure functions (cold path).
 
 #include <string>
@@ -37,6 +39,10 @@ inline void json_header_metadata(std::string& out, const snapshot& snap, const c
   append_json_string(out, snap.identity.hostname);
   out += ",\"pid\":";
   append_int(out, snap.identity.pid);
+  if (!snap.identity.node.empty()) {  // ncclinsp extension: the node label (NCCLINSP_NODE_NAME or host name)
+    out += ",\"node\":";
+    append_json_string(out, snap.identity.node);
+  }
   out += "}";
 }
 }  // namespace detail
@@ -91,6 +97,8 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   out += '"';
   key("n_channels");
   append_int(out, op.channels);
+  key("start_ts_ns");
+  append_int(out, op.start_ns);
   key("end_ts_ns");
   append_int(out, op.end_ns);
   key("valid");
