@@ -2,7 +2,8 @@
 // ncclProfiler_v4..v7; init subscribes to the same events as ncclinsp (Coll, P2p, KernelCh) so
 // NCCL (or the simulator) makes the same startEvent calls, and returns success; every event gets a
 // NULL handle, so NCCL makes no stop/record calls. With NCCLINSP_NULL_PLUGIN_HANDLES=1 it returns
-// a constant non-NULL handle instead, so every callback ncclinsp receives is made (a second floor).
+// a constant non-NULL handle instead, so every callback ncclinsp receives is made (a second floor);
+// the mode is read at each init and kept in that communicator's context (NULL = NULL handles).
 #include <cstdint>
 #include <cstdlib>
 
@@ -11,13 +12,11 @@
 namespace {
 namespace abi = ncclinsp::abi;
 
-bool g_handles = false;
-char g_token;  // the non-NULL handle of the "handles" mode; never dereferenced by anyone
+char g_token;  // context and handle of the "handles" mode; never dereferenced by anyone
 
 abi::result_t init_common(void** ctx, int* mask, int version) noexcept {
   const char* h = std::getenv("NCCLINSP_NULL_PLUGIN_HANDLES");
-  g_handles = h && h[0] == '1';
-  if (ctx) *ctx = g_handles ? &g_token : nullptr;
+  if (ctx) *ctx = h && h[0] == '1' ? &g_token : nullptr;
   if (mask) {
     int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch | abi::ev_p2p);
     if (version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
@@ -33,8 +32,8 @@ abi::result_t init_v4(void** ctx, int* mask, const char*, std::uint64_t, int, in
   return init_common(ctx, mask, 4);
 }
 template <class Descr>
-abi::result_t start_event(void*, void** handle, Descr*) noexcept {
-  if (handle) *handle = g_handles ? &g_token : nullptr;
+abi::result_t start_event(void* ctx, void** handle, Descr*) noexcept {
+  if (handle) *handle = ctx;
   return abi::success;
 }
 abi::result_t stop_event(void*) noexcept { return abi::success; }

@@ -1,0 +1,36 @@
+#pragma once
+/// Loads the ncclinsp plugin (and the do-nothing plugin) for the benchmarks, with the environment
+/// the plugin reads at its first init: enabled, Prometheus sink, dump dir in /tmp, no periodic
+/// export (NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1). Variables already set win, so
+/// `NCCLINSP_SINKS=json bench_plugin` measures the JSON configuration (per-op record ring).
+
+#include <cstdlib>
+#include <string>
+
+#include <unistd.h>
+
+#include "nccl_driver.hpp"
+
+namespace ncclinsp::bench {
+
+inline std::string bench_dump_dir() { return "/tmp/ncclinsp-bench-" + std::to_string(::getpid()); }
+
+/// Call before the first plugin init.
+inline void set_plugin_env() {
+  ::setenv("NCCL_INSPECTOR_ENABLE", "1", 1);
+  ::setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "-1", 1);
+  ::setenv("NCCL_INSPECTOR_DUMP_DIR", bench_dump_dir().c_str(), 0);
+  ::setenv("NCCLINSP_SINKS", "prom", 0);
+  ::setenv("NCCLINSP_NODE_NAME", "bench", 0);
+}
+
+inline std::string plugin_path() {
+  if (const char* p = std::getenv("NCCLINSP_BENCH_PLUGIN_PATH")) return p;
+#ifdef NCCLINSP_BENCH_PLUGIN
+  return NCCLINSP_BENCH_PLUGIN;
+#else
+  return "libnccl-profiler-ncclinsp.so";
+#endif
+}
+
+}  // namespace ncclinsp::bench
