@@ -118,7 +118,10 @@ struct comm_state {
   }
   void release(std::uint32_t idx) noexcept {
     slots[idx].enqueued_at.store(0, std::memory_order_relaxed);
-    slots[idx].gen.fetch_add(1, std::memory_order_relaxed);
+    // Only the last reference holder releases, and the slot stays marked used until the fetch_and
+    // below, so gen has one writer here: a plain increment, no locked RMW (hot path).
+    std::atomic<std::uint32_t>& g = slots[idx].gen;
+    g.store(g.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     used[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
   }
   /// Coarse start time of the oldest in-flight op, 0 if none (exporter thread).
@@ -488,7 +491,10 @@ class plugin_state {
   }
 
   void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
-    if (s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) cs.release(idx);
+    // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
+    // decrement) means we hold the last reference: skip the locked RMW (the common case at
+    // completion, since Coll stop comes first). begin_op resets refs when the slot is reused.
+    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) cs.release(idx);
   }
 
   std::mutex mu_;
