@@ -33,63 +33,82 @@ std::size_t count_series(std::string_view text) {
   return n;
 }
 
-/// A collector with `ncomms` communicators on one GPU, each with the 4 x 5 op mix and 3 algo/proto
-/// combinations (60 cells per communicator), every cell recorded.
-std::unique_ptr<collector<>> build_collector(int ncomms) {
-  auto col = std::make_unique<collector<>>(collector_options{.identity = {.node = "bench", .hostname = "bench", .abi = "v7", .pid = 1}});
-  constexpr std::array<std::pair<algo, proto>, 3> ap = {{{algo::ring, proto::simple}, {algo::tree, proto::ll}, {algo::ring, proto::ll128}}};
-  for (int c = 0; c < ncomms; ++c) {
-    const comm_handle h = col->add_comm({.name = "comm" + std::to_string(c), .hash = 0xabc000u + static_cast<unsigned>(c), .rank = c % 8,
-                                         .nranks = 8, .nnodes = 1, .device = 0, .uuid = uuid});
-    for (std::size_t i = 0; i < mix_size; ++i)
-      for (const auto& [a, p] : ap) {
-        op_record r = mix_op(i, i);
-        r.alg = a;
-        r.pro = p;
-        col->record(h, r);
-      }
+/// A collector on one GPU with `ncells` cells: communicators of 60 cells each (the 4 x 5 op mix x
+/// 3 algo/proto combinations), every cell recorded once. `touch()` records each cell again, so
+/// every export has non-empty windows (as during training).
+struct populated {
+  std::unique_ptr<collector<>> col;
+  std::vector<std::pair<comm_handle, op_record>> cells;
+  void touch() {
+    for (const auto& [h, r] : cells) col->record(h, r);
   }
-  return col;
+};
+
+populated build_collector(int ncells) {
+  populated p;
+  p.col = std::make_unique<collector<>>(collector_options{.identity = {.node = "bench", .hostname = "bench", .abi = "v7", .pid = 1}});
+  constexpr std::array<std::pair<algo, proto>, 3> ap = {{{algo::ring, proto::simple}, {algo::tree, proto::ll}, {algo::ring, proto::ll128}}};
+  comm_handle h = invalid_comm;
+  for (int k = 0; k < ncells; ++k) {
+    const int c = k / 60, j = k % 60;
+    if (j == 0)
+      h = p.col->add_comm({.name = std::string("comm").append(std::to_string(c)), .hash = 0xabc000u + static_cast<unsigned>(c), .rank = c % 8, .nranks = 8,
+                           .nnodes = 1, .device = 0, .uuid = uuid});
+    op_record r = mix_op(static_cast<std::size_t>(j / 3), static_cast<std::uint64_t>(k));
+    r.alg = ap[static_cast<std::size_t>(j % 3)].first;
+    r.pro = ap[static_cast<std::size_t>(j % 3)].second;
+    p.cells.emplace_back(h, r);
+  }
+  p.touch();
+  return p;
 }
 
-/// Smallest communicator count whose export has at least `target` series.
-int comms_for(std::size_t target) {
-  for (int n = 1;; n = n < 4 ? n + 1 : n + n / 4) {
-    auto col = build_collector(n);
+/// Smallest cell count (to 5%) whose export has at least `target` series.
+int cells_for(std::size_t target) {
+  for (int n = 8;; n += n / 20 + 1) {
+    populated p = build_collector(n);
     std::string text;
-    format::write_prometheus(text, col->take_snapshot(), uuid);
+    format::write_prometheus(text, p.col->take_snapshot(), uuid);
     if (count_series(text) >= target || n > 4000) return n;
   }
 }
 
+/// One export as the exporter thread does it: take_snapshot() + the Prometheus text of the GPU.
 void BM_export_prometheus(benchmark::State& st) {
-  const int ncomms = comms_for(static_cast<std::size_t>(st.range(0)));
-  auto col = build_collector(ncomms);
+  const int ncells = cells_for(static_cast<std::size_t>(st.range(0)));
+  populated p = build_collector(ncells);
   std::string text;
   std::size_t series = 0, bytes = 0;
   for (auto _ : st) {
-    const snapshot snap = col->take_snapshot();
+    st.PauseTiming();
+    p.touch();
+    st.ResumeTiming();
+    const snapshot snap = p.col->take_snapshot();
     text.clear();
     format::write_prometheus(text, snap, uuid);
+    benchmark::DoNotOptimize(text.data());
+    st.PauseTiming();
     series = count_series(text);
     bytes = text.size();
-    benchmark::DoNotOptimize(text.data());
+    st.ResumeTiming();
   }
   st.counters["series"] = static_cast<double>(series);
-  st.counters["comms"] = ncomms;
+  st.counters["cells"] = ncells;
   st.counters["text_bytes"] = static_cast<double>(bytes);
-  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(series));
 }
 BENCHMARK(BM_export_prometheus)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 void BM_snapshot_only(benchmark::State& st) {
-  const int ncomms = comms_for(static_cast<std::size_t>(st.range(0)));
-  auto col = build_collector(ncomms);
+  const int ncells = cells_for(static_cast<std::size_t>(st.range(0)));
+  populated p = build_collector(ncells);
   for (auto _ : st) {
-    snapshot snap = col->take_snapshot();
+    st.PauseTiming();
+    p.touch();
+    st.ResumeTiming();
+    snapshot snap = p.col->take_snapshot();
     benchmark::DoNotOptimize(snap.cells.data());
   }
-  st.counters["comms"] = ncomms;
+  st.counters["cells"] = ncells;
 }
 BENCHMARK(BM_snapshot_only)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
@@ -150,7 +169,7 @@ void BM_plugin_finalize_typical_job(benchmark::State& st) {
     st.ResumeTiming();
     comms[2]->finalize();  // the last communicator: final export
     st.PauseTiming();
-    const std::string path = bench_dump_dir() + "/" + prom_file_name("host-bench-pid" + std::to_string(::getpid()));
+    const std::string path = bench_dump_dir() + "/" + prom_file_name(std::string("host-bench-pid").append(std::to_string(::getpid())));
     bytes = file_size(path);
     comms.clear();
     st.ResumeTiming();

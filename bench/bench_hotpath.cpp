@@ -30,7 +30,7 @@ collector<>& shared_collector() {
   static collector<>* c = [] {
     auto* col = new collector<>();
     for (int i = 0; i < max_bench_threads; ++i)
-      col->add_comm({.name = "bench" + std::to_string(i), .hash = 0x1000u + static_cast<unsigned>(i), .rank = 0, .nranks = 8, .nnodes = 1,
+      col->add_comm({.name = std::string("bench").append(std::to_string(i)), .hash = 0x1000u + static_cast<unsigned>(i), .rank = 0, .nranks = 8, .nnodes = 1,
                      .device = 0, .uuid = "GPU-bench"});
     return col;
   }();

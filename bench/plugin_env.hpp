@@ -13,7 +13,7 @@
 
 namespace ncclinsp::bench {
 
-inline std::string bench_dump_dir() { return "/tmp/ncclinsp-bench-" + std::to_string(::getpid()); }
+inline std::string bench_dump_dir() { return std::string("/tmp/ncclinsp-bench-").append(std::to_string(::getpid())); }
 
 /// Call before the first plugin init.
 inline void set_plugin_env() {
