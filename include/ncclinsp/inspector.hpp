@@ -1,0 +1,401 @@
+#pragma once
+/// Embedded mode: the public API for frameworks that wrap NCCL calls themselves. An inspector owns
+/// a collector<Traits> and an exporter with the chosen sinks; the framework registers each
+/// communicator once (cold) and records completed ops with measured durations (hot). The metric
+/// names and labels are the plugin's (same collector, same serializers), so one dashboard serves both.
+///
+/// Thread-safety: every member may be called from any thread. Hot path (record, begin, end,
+/// cancel): noexcept, no lock, no allocation after a thread's first record (its collector shard),
+/// a few relaxed atomics; record() IS collector::record. Cold path: construction, add_comm,
+/// remove_comm, flush, add_poller, destruction (a final export, then sink shutdown).
+///
+/// \code
+/// ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = "/var/lib/node_exporter"})),
+///                           .interval = std::chrono::seconds(5)});
+/// auto comm = insp.add_comm({.name = "tp", .hash = 42, .rank = 0, .nranks = 8, .device = 0, .uuid = "GPU-..."});
+/// ncclinsp::op_record op = ncclinsp::make_op(ncclinsp::func::all_reduce, n, ncclinsp::dtype::bfloat16, t0_ns, t1_ns);
+/// insp.record(comm, op);
+/// \endcode
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/exporter.hpp"
+#include "ncclinsp/log.hpp"
+#include "ncclinsp/model.hpp"
+#include "ncclinsp/options.hpp"
+#include "ncclinsp/sink.hpp"
+#include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/otlp_http_sink.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+
+namespace ncclinsp {
+
+/// Builds a sink list from sink objects (any_sink is move-only, so a braced list cannot hold it).
+/// Cold path.
+template <sink... S>
+std::vector<any_sink> make_sinks(S&&... s) {
+  std::vector<any_sink> v;
+  v.reserve(sizeof...(S));
+  (v.emplace_back(std::forward<S>(s)), ...);
+  return v;
+}
+
+/// Settings of an inspector. Designated initialisers: `{.sinks = ..., .interval = ...}`.
+struct inspector_options {
+  std::vector<any_sink> sinks{};
+  /// Time between exports; zero exports only at flush() and destruction.
+  std::chrono::milliseconds interval{std::chrono::seconds(10)};
+  /// node / slurm_job_id / user labels of every series (`abi` stays "embedded").
+  process_identity identity = default_identity();
+  /// false: record/begin/end return at once and nothing is exported (NCCL_INSPECTOR_ENABLE=0).
+  bool enabled = true;
+  /// Ops smaller than this are counted as filtered (reason min_size), not measured.
+  std::uint64_t min_size_bytes = 0;
+  /// Skip Send/Recv (NCCL_INSPECTOR_ENABLE_P2P=0).
+  bool enable_p2p = true;
+  /// In-flight ops tracked per communicator for the hang signal (begin/end); beyond it, counted.
+  std::uint32_t inflight_pool = 256;
+  /// Per-op records per recording thread, for the JSON-lines sink (0 = off).
+  std::uint32_t record_ring_capacity = 0;
+  /// v7-style user tags (op_record::user_tag) become a bounded `user_tag` label.
+  bool user_tag_label = false;
+  log_fn log{};
+
+  /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
+  static process_identity default_identity() {
+    process_identity id;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
+    id.node = id.hostname = host;
+    if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) id.slurm_job_id = j;
+    id.pid = static_cast<long>(::getpid());
+    return id;
+  }
+
+  /// The plugin's configuration (options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
+  /// an inspector: the same sinks in the same directory (PromTextfileSink / JsonSink), or the OTLP
+  /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
+  /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
+  static inspector_options from_env(const log_fn& log = {}, const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
+    return from(options::from_env(log, get), log, get);
+  }
+  static inspector_options from(const options& o, const log_fn& log = {},
+                                const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
+    inspector_options r;
+    r.enabled = o.enable;
+    r.interval = std::chrono::milliseconds(o.interval_ms());
+    r.identity.node = o.node_name;
+    r.identity.slurm_job_id = o.slurm_job_id;
+    r.identity.labels = o.labels;
+    r.min_size_bytes = o.min_size_bytes;
+    r.enable_p2p = o.enable_p2p;
+    r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
+    r.user_tag_label = o.user_tag_label;
+    r.log = log;
+    if (!o.enable) return r;
+    if (o.otel) {
+      if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
+      otlp_http_options oo = otlp_http_options::from_env(log, get);
+      r.sinks.emplace_back(otlp_http_sink(std::move(oo)));
+      return r;
+    }
+    if (o.has_sink("prom"))
+      r.sinks.emplace_back(prom_textfile_sink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .log = log}));
+    if (o.has_sink("json")) {
+      r.record_ring_capacity = o.coll_ring_size + (o.enable_p2p ? o.p2p_ring_size : 0);
+      r.sinks.emplace_back(json_sink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .log = log}));
+    }
+    return r;
+  }
+};
+
+/// What a framework knows about a communicator on this rank (cold, once per communicator).
+struct comm_info {
+  std::string name{};       ///< commName label ("unknown" when empty)
+  std::uint64_t hash = 0;   ///< equal on all ranks (e.g. a hash of ncclUniqueId); the comm_hash label
+  int rank = 0;
+  int nranks = 1;
+  int nnodes = 1;
+  int device = -1;          ///< CUDA ordinal; the `gpu` label is GPU<device>
+  std::string uuid{};       ///< "GPU-xxxxxxxx-..." (dcgm-exporter's UUID); names the .prom file. Empty: host-<node>-pid<pid>
+};
+
+/// Fills an op record from what a wrapper knows: function, element count, datatype and the
+/// measured span (any one clock, ns). Bytes are computed with overflow detection.
+constexpr op_record make_op(func f, std::uint64_t count, dtype dt, std::uint64_t start_ns, std::uint64_t end_ns,
+                            timing_source timing = timing_source::kernel_gpu) noexcept {
+  op_record r;
+  r.fn = f;
+  set_size(r, count, dt);
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  r.timing = timing;
+  if (is_p2p(f)) {
+    r.alg = algo::none;
+    r.pro = proto::none;
+  }
+  return r;
+}
+
+template <class Traits = default_traits>
+class basic_inspector {
+ public:
+  using collector_type = collector<Traits>;
+
+  /// Token of one in-flight op (begin -> end/cancel). Plain data; copy freely, use once.
+  struct inflight {
+    comm_handle comm = invalid_comm;
+    std::uint32_t slot = no_slot;  ///< no_slot: not tracked (disabled, filtered, or pool full)
+    std::uint32_t gen = 0;
+    bool counted = false;          ///< started was counted, so end/cancel must complete it
+  };
+  static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
+
+  /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
+  /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
+  explicit basic_inspector(inspector_options o = {})
+      : opts_(std::move(o)),
+        col_(collector_options{.record_ring_capacity = opts_.record_ring_capacity, .user_tag_label = opts_.user_tag_label,
+                               .identity = with_embedded_abi(opts_.identity)}),
+        extras_(new std::atomic<comm_extra*>[Traits::max_comms]()) {
+    source_.self = this;
+    if (!opts_.enabled) return;
+    ex_ = std::make_unique<exporter<source>>(source_, std::move(opts_.sinks), exporter_options{.interval = opts_.interval, .log = opts_.log});
+    ex_->start();
+  }
+
+  /// The same, configured from the plugin's environment variables (see inspector_options::from_env).
+  static basic_inspector from_env(const log_fn& log = {}) { return basic_inspector(inspector_options::from_env(log)); }
+
+  /// Final export (all ops recorded so far), sink shutdown, join. Waits for the sinks (an OTLP sink is
+  /// bounded by its timeout).
+  ~basic_inspector() {
+    if (ex_) ex_->stop(std::chrono::milliseconds::max());
+    for (std::uint32_t i = 0; i < Traits::max_comms; ++i) delete extras_[i].load(std::memory_order_relaxed);
+  }
+  basic_inspector(const basic_inspector&) = delete;
+  basic_inspector& operator=(const basic_inspector&) = delete;
+
+  bool enabled() const noexcept { return opts_.enabled; }
+
+  // ---- communicators (cold) --------------------------------------------------------------------
+
+  /// Registers a communicator; returns its handle, or invalid_comm when the table is full (counted
+  /// as ncclinsp_dropped_events_total{reason="comm_table_full"}) or the inspector is disabled.
+  comm_handle add_comm(comm_info c) {
+    if (!opts_.enabled) return invalid_comm;
+    auto extra = std::make_unique<comm_extra>(opts_.inflight_pool);
+    comm_extra* raw = extra.get();
+    if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
+    const comm_handle h = col_.add_comm({.name = std::move(c.name), .hash = c.hash, .rank = c.rank, .nranks = c.nranks > 0 ? c.nranks : 1,
+                                         .nnodes = c.nnodes > 0 ? c.nnodes : 1, .device = c.device, .uuid = std::move(c.uuid)},
+                                        [raw] { return raw->oldest(); });
+    if (h == invalid_comm) return h;
+    extras_[h].store(extra.release(), std::memory_order_release);
+    return h;
+  }
+
+  /// The communicator was destroyed: it is exported once more, then no more. Ops still in flight
+  /// count as abandoned. Record/begin/end on it afterwards are ignored or land in its last export.
+  void remove_comm(comm_handle h) noexcept {
+    if (h >= Traits::max_comms) return;
+    comm_extra* e = extras_[h].load(std::memory_order_acquire);
+    col_.retire_comm(h, e ? e->inflight() : 0);
+  }
+
+  // ---- ops (hot) -------------------------------------------------------------------------------
+
+  /// One completed op of `h`, with its measured span (op.start_ns/end_ns, any one clock). This is
+  /// collector::record after the min-size/P2P filters.
+  void record(comm_handle h, const op_record& op) noexcept {
+    if (!opts_.enabled || !accept(h, op)) NCCLINSP_UNLIKELY return;
+    col_.record(h, op);
+  }
+
+  /// Optional in-flight accounting: call before handing an op to NCCL, then end() with the measured
+  /// record (or cancel() if it will never be measured). Gives ncclinsp_inflight_ops and
+  /// ncclinsp_oldest_inflight_age_seconds (the hang signal). `bytes` enables the min-size filter
+  /// here (0: decided at end()).
+  inflight begin(comm_handle h, func f = func::unknown, std::uint64_t bytes = 0) noexcept {
+    inflight t;
+    t.comm = h;
+    if (!opts_.enabled || h >= Traits::max_comms) NCCLINSP_UNLIKELY return t;
+    if ((is_p2p(f) && !opts_.enable_p2p) || (bytes && bytes < opts_.min_size_bytes)) return t;  // end() filters it
+    comm_extra* e = extras_[h].load(std::memory_order_acquire);
+    if (!e) NCCLINSP_UNLIKELY return t;
+    col_.note_started(h);
+    t.counted = true;
+    t.slot = e->alloc();
+    if (t.slot == no_slot) NCCLINSP_UNLIKELY {
+      col_.note_dropped(h, drop_reason::op_pool_full);  // still counted in flight, without an age
+      return t;
+    }
+    t.gen = e->gens[t.slot].load(std::memory_order_relaxed);
+    e->started_at[t.slot].store(collector_type::steady_ns(), std::memory_order_release);
+    return t;
+  }
+
+  /// The op begun with `t` completed with the measured record `op`. The min-size/P2P filters were
+  /// applied at begin() when it counted the op; otherwise they apply here.
+  void end(const inflight& t, const op_record& op) noexcept {
+    release(t);
+    if (!opts_.enabled || t.comm >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    if (t.counted || accept(t.comm, op)) col_.record(t.comm, op);
+  }
+
+  /// The op begun with `t` will not be measured (graph capture, timing error): it leaves the
+  /// in-flight count and appears in ncclinsp_filtered_ops_total{reason="no_gpu_timing"}.
+  void cancel(const inflight& t) noexcept {
+    release(t);
+    if (t.counted && t.comm < Traits::max_comms) col_.note_filtered(t.comm, filter_reason::no_gpu_timing);
+  }
+
+  /// An op could not be measured and was never begun (e.g. a timer's event pool was full).
+  void note_dropped(comm_handle h, drop_reason r = drop_reason::op_pool_full) noexcept {
+    if (opts_.enabled) col_.note_dropped(h, r);
+  }
+  /// An op was skipped on purpose and never begun (graph capture): counted as filtered.
+  void note_unmeasured(comm_handle h) noexcept {
+    if (!opts_.enabled || h >= Traits::max_comms) return;
+    col_.note_started(h);
+    col_.note_filtered(h, filter_reason::no_gpu_timing);
+  }
+
+  // ---- export (cold) ---------------------------------------------------------------------------
+
+  /// Runs the pollers and exports now; waits up to `timeout`. False when disabled or timed out.
+  bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) { return ex_ && ex_->flush(timeout); }
+
+  /// Registers a function the exporter thread calls before every snapshot (e.g. a CUDA event
+  /// timer's resolver). Returns an id for remove_poller. The function must not throw for long.
+  std::uint64_t add_poller(std::function<void()> fn) {
+    std::lock_guard lk(poll_mu_);
+    pollers_.emplace_back(++poller_ids_, std::move(fn));
+    return poller_ids_;
+  }
+  /// Unregisters a poller; once it returns, the poller is not running and will not run again.
+  void remove_poller(std::uint64_t id) {
+    std::lock_guard lk(poll_mu_);
+    std::erase_if(pollers_, [id](const auto& p) { return p.first == id; });
+  }
+
+  /// The underlying collector (snapshots in tests, extra instrumentation). take_snapshot() must not
+  /// be called while the exporter runs.
+  collector_type& get_collector() noexcept { return col_; }
+  const inspector_options& config() const noexcept { return opts_; }
+  std::uint64_t exports() const noexcept { return ex_ ? ex_->exports() : 0; }
+
+ private:
+  /// Per-communicator in-flight table (lock-free bitmap of start times), kept until destruction.
+  struct comm_extra {
+    explicit comm_extra(std::uint32_t n)
+        : size(n ? n : 1), words((size + 63) / 64), used(new std::atomic<std::uint64_t>[words]()),
+          started_at(new std::atomic<std::uint64_t>[size]()), gens(new std::atomic<std::uint32_t>[size]()) {}
+    std::uint32_t size, words;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> used;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> started_at;  // steady ns, 0 = free
+    std::unique_ptr<std::atomic<std::uint32_t>[]> gens;        // guards against a double end()
+    alignas(detail::cache_line) std::atomic<std::uint32_t> hint{0};
+
+    std::uint32_t alloc() noexcept {
+      const std::uint32_t start = hint.load(std::memory_order_relaxed);
+      for (std::uint32_t k = 0; k < words; ++k) {
+        const std::uint32_t w = (start + k) % words;
+        std::uint64_t cur = used[w].load(std::memory_order_relaxed);
+        while (~cur) {
+          const auto bit = static_cast<std::uint32_t>(__builtin_ctzll(~cur));
+          const std::uint32_t idx = w * 64 + bit;
+          if (idx >= size) break;
+          if (used[w].compare_exchange_weak(cur, cur | (std::uint64_t{1} << bit), std::memory_order_acquire)) {
+            if (w != start) hint.store(w, std::memory_order_relaxed);
+            return idx;
+          }
+        }
+      }
+      return no_slot;
+    }
+    void free(std::uint32_t idx, std::uint32_t gen) noexcept {
+      std::uint32_t g = gen;
+      if (!gens[idx].compare_exchange_strong(g, gen + 1, std::memory_order_relaxed)) return;  // ended twice
+      started_at[idx].store(0, std::memory_order_relaxed);
+      used[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+    }
+    std::uint64_t oldest() const noexcept {
+      std::uint64_t best = 0;
+      for (std::uint32_t i = 0; i < size; ++i) {
+        const std::uint64_t t = started_at[i].load(std::memory_order_relaxed);
+        if (t && (!best || t < best)) best = t;
+      }
+      return best;
+    }
+    std::uint64_t inflight() const noexcept {
+      std::uint64_t n = 0;
+      for (std::uint32_t i = 0; i < size; ++i) n += started_at[i].load(std::memory_order_relaxed) != 0;
+      return n;
+    }
+  };
+
+  /// What the exporter snapshots: runs the pollers, then the collector.
+  struct source {
+    basic_inspector* self = nullptr;
+    snapshot take_snapshot(bool final) {
+      {
+        std::lock_guard lk(self->poll_mu_);
+        for (auto& [id, fn] : self->pollers_) {
+          try {
+            fn();
+          } catch (...) {
+            emit(self->opts_.log, log_level::warn, "an inspector poller threw; ignored");
+          }
+        }
+      }
+      return self->col_.take_snapshot(final);
+    }
+  };
+
+  static process_identity with_embedded_abi(process_identity id) {
+    id.abi = "embedded";
+    if (!id.pid) id.pid = static_cast<long>(::getpid());
+    return id;
+  }
+
+  bool accept(comm_handle h, const op_record& op) noexcept {
+    if (is_p2p(op.fn) && !opts_.enable_p2p) return false;
+    if (op.bytes_valid && op.bytes < opts_.min_size_bytes) {
+      col_.note_filtered(h, filter_reason::min_size);
+      return false;
+    }
+    return true;
+  }
+
+  void release(const inflight& t) noexcept {
+    if (t.slot == no_slot || t.comm >= Traits::max_comms) return;
+    if (comm_extra* e = extras_[t.comm].load(std::memory_order_acquire); e && t.slot < e->size) e->free(t.slot, t.gen);
+  }
+
+  inspector_options opts_;
+  collector_type col_;
+  std::unique_ptr<std::atomic<comm_extra*>[]> extras_;
+  std::mutex poll_mu_;
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> pollers_;
+  std::uint64_t poller_ids_ = 0;
+  source source_;
+  std::unique_ptr<exporter<source>> ex_;  // last member: stopped first (destructor) while the rest lives
+};
+
+using inspector = basic_inspector<>;
+
+}  // namespace ncclinsp
