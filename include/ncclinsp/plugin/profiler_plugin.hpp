@@ -52,7 +52,7 @@ constexpr std::uint64_t encode(handle_kind k, std::uint32_t gen, std::uint32_t c
   return static_cast<std::uint64_t>(k) << 62 | (std::uint64_t{gen & 0x3FFFFFu} << 40) | (std::uint64_t{comm & 0xFFFFu} << 24) |
          (std::uint64_t{slot & 0xFFFFu} << 8) | (ch & 0xFFu);
 }
-constexpr decoded decode(const void* h) noexcept {
+inline decoded decode(const void* h) noexcept {
   const auto v = reinterpret_cast<std::uintptr_t>(h);
   return {static_cast<handle_kind>(v >> 62), static_cast<std::uint32_t>((v >> 40) & 0x3FFFFF), static_cast<std::uint32_t>((v >> 24) & 0xFFFF),
           static_cast<std::uint32_t>((v >> 8) & 0xFFFF), static_cast<std::uint32_t>(v & 0xFF)};
@@ -211,8 +211,9 @@ class plugin_state {
         auto ex = std::move(exporter_);
         lk.unlock();
         // Final flush, bounded: never stalls teardown. If the sinks are stuck (a hung filesystem),
-        // the detached exporter keeps its state alive; the library is pinned in memory.
-        if (!ex->stop(std::chrono::milliseconds(100))) (void)ex.release();
+        // the detached exporter thread keeps its own state alive (shared); the library is pinned in
+        // memory. Destroying `ex` after a failed stop neither blocks nor leaks (stop is idempotent).
+        (void)ex->stop(std::chrono::milliseconds(100));
       }
     } catch (...) {
     }
