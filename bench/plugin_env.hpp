@@ -13,7 +13,11 @@
 
 namespace ncclinsp::bench {
 
-inline std::string bench_dump_dir() { return std::string("/tmp/ncclinsp-bench-").append(std::to_string(::getpid())); }
+/// NCCL_INSPECTOR_DUMP_DIR when set (run.sh sets it), else /tmp/ncclinsp-bench-<pid>.
+inline std::string bench_dump_dir() {
+  if (const char* d = std::getenv("NCCL_INSPECTOR_DUMP_DIR"); d && *d) return d;
+  return std::string("/tmp/ncclinsp-bench-").append(std::to_string(::getpid()));
+}
 
 /// Call before the first plugin init.
 inline void set_plugin_env() {
