@@ -22,7 +22,8 @@ struct reader {
   job& j;
   simdjson::dom::parser parser;
   std::unordered_map<std::string, std::uint32_t> comm_of, host_of, fn_of;
-  std::map<std::tuple<std::string, std::int64_t, std::string, std::int64_t>, std::uint64_t> drops;  // last dropped_total
+  std::map<std::tuple<std::string, std::int64_t, std::string, std::int64_t>, std::uint64_t> drops;  // last per comm rank
+  std::map<std::pair<std::string, std::int64_t>, std::uint64_t> sink_drops;                       // per process
 
   explicit reader(job& jj) : j(jj) {}
 
@@ -115,7 +116,14 @@ struct reader {
     const std::int64_t rank = integer(hdr, "rank", -1);
     if (kind == "dump_stats") {
       ++j.dump_stats_lines;
-      drops[{std::string(id), rank, std::string(node), integer(meta, "pid", 0)}] = uinteger(body, "dropped_total", 0);
+      const std::int64_t pid = integer(meta, "pid", 0);
+      if (has(body, "ring_dropped_total")) {  // ncclinsp >= 0.1 json sink: unambiguous, cumulative
+        drops[{std::string(id), rank, std::string(node), pid}] = uinteger(body, "ring_dropped_total", 0);
+        auto& sd = sink_drops[{std::string(node), pid}];
+        sd = std::max(sd, uinteger(body, "sink_dropped_total", 0));
+      } else {
+        drops[{std::string(id), rank, std::string(node), pid}] = uinteger(body, "dropped_total", 0);
+      }
       return;
     }
     const bool p2p = kind == "p2p_perf";
@@ -208,14 +216,7 @@ bool is_log_name(const std::string& name) {
 
 static void finish_reader(job& j, reader& r) {
   for (const auto& [k, v] : r.drops) j.dropped_total += v;
-}
-
-void read_buffer(job& j, const std::string& data, const std::string& where) {
-  reader r(j);
-  simdjson::padded_string p(data);
-  r.buffer(p, where);
-  finish_reader(j, r);
-  ++j.files;
+  for (const auto& [k, v] : r.sink_drops) j.dropped_total += v;
 }
 
 job read_job(const std::vector<std::string>& inputs) {
@@ -292,6 +293,9 @@ void finish_job(job& j) {
     kept.push_back(o);
   }
   j.ops.swap(kept);
+  std::set<std::uint32_t> used;
+  for (const auto& o : j.ops) used.insert(o.comm);
+  j.comms_used = used.size();
   if (j.dropped_total)
     j.warn.add("records dropped by the writer (dump_stats.dropped_total; ring or file rotation)", "sum of the last dump_stats of each rank", j.dropped_total);
   std::uint64_t invalid = 0;

@@ -75,7 +75,7 @@ std::string verdict(const job& j, const analysis& a) {
 
 void write_warnings(std::ostream& os, const job& j) {
   for (const auto& [kind, e] : j.warn.by_kind)
-    os << "warning: " << kind << " [" << e.count << (e.count == 1 ? " record" : " records") << "; first: " << e.first << "]\n";
+    os << "warning: " << kind << " [count " << e.count << "; first: " << e.first << "]\n";
 }
 
 void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks) {
@@ -84,7 +84,7 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
   std::string vers;
   for (const auto& [v, n] : j.versions) vers += (vers.empty() ? "" : ", ") + v;
   os << "ncclinsp-report: " << j.files << " files, " << j.ops.size() << " op records from " << j.hosts.size() << " hosts, "
-     << j.comms.size() << " communicators (format " << (vers.empty() ? "-" : vers) << ")\n";
+     << j.comms_used << " communicators (format " << (vers.empty() ? "-" : vers) << ")\n";
   os << "matched collectives: " << a.matched_ops << " (seen on fewer ranks than n_ranks: " << a.incomplete_ops
      << "), arrival skew from: " << a.skew_source << "\n\n";
 
@@ -154,7 +154,7 @@ void write_csv_hosts(std::ostream& os, const job& j, const analysis& a) {
 
 void write_json(std::ostream& os, const job& j, const analysis& a) {
   os << "{\"summary\":{\"files\":" << j.files << ",\"records\":" << j.ops.size() << ",\"hosts\":" << j.hosts.size()
-     << ",\"communicators\":" << j.comms.size() << ",\"matched_ops\":" << a.matched_ops << ",\"incomplete_ops\":" << a.incomplete_ops
+     << ",\"communicators\":" << j.comms_used << ",\"matched_ops\":" << a.matched_ops << ",\"incomplete_ops\":" << a.incomplete_ops
      << ",\"dropped_total\":" << j.dropped_total << ",\"skew_source\":" << jstr(a.skew_source) << ",\"threshold\":" << jnum(a.threshold)
      << ",\"versions\":{";
   bool first = true;
@@ -210,11 +210,14 @@ std::string heat(double rel, double thr) {
 
 /// busbw p50 by message size, one series per communicator class, for one collective.
 void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_t fn) {
-  const double W = 460, H = 260, L = 56, R = 12, T = 26, B = 44;
   std::vector<const size_row*> rows;
   for (const auto& s : a.sizes)
     if (s.fn == fn && s.busbw.n) rows.push_back(&s);
   if (rows.empty()) return;
+  std::set<std::string> names;
+  for (auto* s : rows) names.insert(comm_label(j.comms[s->comm]));
+  const double legend_rows = std::ceil(static_cast<double>(names.size()) / 3);
+  const double W = 460, L = 56, R = 36, T = 26, B = 30 + 14 * legend_rows, H = 216 + B;
   double xmin = 1e300, xmax = -1e300, ymax = 0;
   for (auto* s : rows) {
     const double x = std::log2(static_cast<double>(std::max<std::uint64_t>(s->bytes, 1)));
@@ -252,8 +255,9 @@ void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_
          << html(human_bytes(s->bytes)) << ": p50 " << fmt("%.2f", s->busbw.p50) << " GB/s, p90 " << fmt("%.2f", s->busbw.p90) << ", min "
          << fmt("%.2f", s->busbw.min) << " (" << s->records << " records)</title></circle>";
     }
-    os << "<rect x=\"" << L + 6 + 110 * (si % 3) << "\" y=\"" << H - 18 + 0 * si << "\" width=\"10\" height=\"10\" fill=\"" << col << "\"/>";
-    os << "<text x=\"" << L + 20 + 110 * (si % 3) << "\" y=\"" << H - 9 << "\" class=\"ax\">" << html(name) << "</text>";
+    const double ly = H - B + 26 + 14 * (si / 3);
+    os << "<rect x=\"" << L + 6 + 120 * (si % 3) << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\"" << col << "\"/>";
+    os << "<text x=\"" << L + 20 + 120 * (si % 3) << "\" y=\"" << ly + 9 << "\" class=\"ax\">" << html(name) << "</text>";
     ++si;
   }
   os << "</svg>\n";
@@ -331,7 +335,7 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
         "svg .lbl{font-size:12px}svg .grid{stroke:#e2e2e2}svg .thr{stroke:#d62728;stroke-dasharray:4 3}\n"
         ".warn{color:#8a5300}\n</style></head><body>\n";
   os << "<h1>ncclinsp report</h1>\n<p>" << j.files << " files, " << j.ops.size() << " op records, " << j.hosts.size() << " hosts, "
-     << j.comms.size() << " communicators; " << a.matched_ops << " matched collectives (" << a.incomplete_ops
+     << j.comms_used << " communicators; " << a.matched_ops << " matched collectives (" << a.incomplete_ops
      << " seen on fewer ranks than n_ranks); arrival skew from " << html(a.skew_source) << ".</p>\n";
   const bool bad = !stragglers(a).empty();
   os << "<p class=\"verdict" << (bad ? "" : " ok") << "\" id=\"verdict\">" << html(verdict(j, a)) << "</p>\n";

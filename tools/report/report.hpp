@@ -62,14 +62,13 @@ struct job {
   std::vector<op_rec> ops;
   std::map<std::string, std::uint64_t> versions;  ///< inspector_output_format_version -> lines
   std::uint64_t files = 0, lines = 0, dump_stats_lines = 0;
+  std::uint64_t comms_used = 0;     ///< communicators with op records (after id re-mapping)
   std::uint64_t dropped_total = 0;  ///< sum over the last dump_stats of each (comm, rank, host, pid)
   warnings warn;
 };
 
 /// Reads files and directory trees (recursively: *.log, *.jsonl and rotated *.log.N / *.jsonl.N).
 job read_job(const std::vector<std::string>& inputs);
-/// Reads one buffer (tests); `where` names it in warnings.
-void read_buffer(job& j, const std::string& data, const std::string& where);
 /// After reading: re-maps truncated ids onto full ones, de-duplicates, etc.
 void finish_job(job& j);
 

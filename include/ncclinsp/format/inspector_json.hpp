@@ -8,6 +8,7 @@
 /// label, which differs from `hostname` under NCCLINSP_NODE_NAME).
 /// Thread-safety: pure functions (cold path).
 
+#include <cstdint>
 #include <string>
 
 #include "ncclinsp/bandwidth.hpp"
@@ -107,8 +108,12 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
 }
 
 /// Per-communicator totals and drops for this export (Inspector's `dump_stats` marker, extended).
+/// `dropped_total` = this comm's collector drops (cumulative) + the sink's drops since its last
+/// export. With `sink_dropped_cumulative` (the json sink passes it) two unambiguous fields follow:
+/// `ring_dropped_total` (this comm's collector drops, cumulative) and `sink_dropped_total` (the
+/// process's sink drops, cumulative: the same value in every comm's record).
 inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_snapshot& c, std::uint64_t records_written,
-                             std::uint64_t records_dropped_by_sink) {
+                             std::uint64_t records_dropped_by_sink, std::uint64_t sink_dropped_cumulative = UINT64_MAX) {
   detail::json_header_metadata(out, snap, c.desc);
   std::uint64_t dropped = records_dropped_by_sink;
   for (auto v : c.dropped) dropped += v;
@@ -128,6 +133,12 @@ inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_
   append_int(out, c.inflight);
   out += ",\"final\":";
   out += snap.final ? "true" : "false";
+  if (sink_dropped_cumulative != UINT64_MAX) {
+    out += ",\"ring_dropped_total\":";
+    append_int(out, dropped - records_dropped_by_sink);
+    out += ",\"sink_dropped_total\":";
+    append_int(out, sink_dropped_cumulative);
+  }
   out += "}}\n";
 }
 

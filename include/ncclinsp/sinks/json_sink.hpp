@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -50,12 +51,13 @@ class json_sink {
         for (auto d : c.dropped) drops += d;
         auto& seen = last_drops_[c.desc.hash ^ (static_cast<std::uint64_t>(c.desc.rank) << 48)];
         if (per_comm.count(i) || drops != seen || snap.final || c.retired || dropped_by_sink_) {
-          format::write_dump_stats(buf, snap, c, per_comm.count(i) ? per_comm[i] : 0, dropped_by_sink_);
+          format::write_dump_stats(buf, snap, c, per_comm.count(i) ? per_comm[i] : 0, dropped_by_sink_, dropped_total_);
           seen = drops;
         }
       }
       std::uint64_t new_lines = 0;
       for (char ch : buf) new_lines += ch == '\n';
+      reported_by_sink_ = dropped_by_sink_;  // in this buffer's dump_stats; cleared once it is written
       pending_ += buf;
       pending_lines_ += new_lines;
       return flush_pending();
@@ -127,7 +129,10 @@ class json_sink {
     if (!err) {
       if (last_err_) emit(o_.log, log_level::info, "json sink: writing " + p + " again");
       last_err_ = 0;
-      dropped_by_sink_ = 0;
+      // Only the drops already reported in the lines just written: those of a rotation in this
+      // flush (the discarded .1) go into the next export's dump_stats.
+      dropped_by_sink_ -= std::min(dropped_by_sink_, reported_by_sink_);
+      reported_by_sink_ = 0;
       return export_result::success;
     }
     if (err != last_err_) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + std::strerror(err) + " (records kept in memory, retrying)");
@@ -147,7 +152,7 @@ class json_sink {
   json_sink_options o_;
   std::string pending_;
   std::uint64_t pending_lines_ = 0, file_lines_ = 0, rotated_lines_ = 0;
-  std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0;
+  std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0, reported_by_sink_ = 0;
   int last_err_ = 0;
   std::map<std::uint64_t, std::uint64_t> last_drops_;
 };
