@@ -87,6 +87,36 @@ class Prom:
         a = self._get("/api/v1/alerts")["alerts"]
         return [x for x in a if state is None or x["state"] == state]
 
+    def label_values(self, label: str, match: str | None = None, start: float | None = None,
+                     end: float | None = None) -> list[str]:
+        """What Grafana's label_values(match, label) returns (the /api/v1/label/<l>/values API)."""
+        p = {}
+        if match:
+            p["match[]"] = match
+        if start is not None:
+            p["start"] = f"{start:.3f}"
+        if end is not None:
+            p["end"] = f"{end:.3f}"
+        return self._get(f"/api/v1/label/{urllib.parse.quote(label)}/values", p or None)
+
+    def range_values(self, expr: str, start: float, end: float, step: float = 1.0):
+        """Range query -> [(labels, [(t, float value), ...])]."""
+        return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]])
+                for r in self.query_range(expr, start, end, step)]
+
+    def firing(self, alertname: str, start: float, end: float, step: float = 1.0, state: str = "firing",
+               **labels) -> list[tuple[dict, float, float]]:
+        """When an alert was in `state` between start and end, from Prometheus's own ALERTS series:
+        [(alert labels, first t, last t)], earliest first. labels: exact-match filters."""
+        sel = [f'alertname="{alertname}"', f'alertstate="{state}"']
+        sel += [f'{k}="{v}"' for k, v in labels.items()]
+        out = []
+        for m, pts in self.range_values("ALERTS{" + ",".join(sel) + "}", start, end, step):
+            if pts:
+                m = {k: v for k, v in m.items() if k not in ("__name__", "alertstate")}
+                out.append((m, pts[0][0], pts[-1][0]))
+        return sorted(out, key=lambda x: x[1])
+
     def values(self, expr: str, at: float | None = None) -> list[tuple[dict, float]]:
         """Instant query -> [(labels, float value)]."""
         out = []

@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""End-to-end test: ncclinsp-sim -> NCCL profiler plugin -> .prom files -> node_exporter (one per
+simulated node) -> Prometheus (1 s scrape, our rules) -> assertions through the HTTP API.
+
+One simulator run, real time (--speed 1), N nodes x G GPUs (default 2 x 4), all faults in one
+timeline so the test stays short (~2 min):
+
+    t=0       job starts (healthy: baseline for the rules)
+    t=10      --hang-rank 1@10           rank 1 (node0, GPU1): one op starts and never completes
+    t=35-100  --net-degrade 50@35-100    every n_nodes>1 communicator at 50 % bus bandwidth
+    t=100-136 --slow-host 1:25@100-136   node1's network links at 75 % (others 93.75 %)
+    t=138     job ends (every plugin writes its final file)
+
+The degradation alert compares the 1m bandwidth with the median of the job's own previous 10m
+(offset 1m), so it cannot fire before ~t=62 (first baseline sample) + 30 s `for`: the
+degradation window covers that; the hang alert needs 60 s + 15 s `for` after t=10.
+
+Checks (all through Prometheus's HTTP API; analysis happens after the run on stored data, at the
+times given above, so the result does not depend on polling luck):
+  1. targets up; the simulator exited 0.
+  2. every metric family listed in docs/metrics.md (and the simulator's two) is present for
+     every node with exactly the documented labels (+ user label from NCCLINSP_LABELS and the
+     scrape labels job/instance/node_instance), and label values have the documented shape;
+     measured bus bandwidth matches the simulator's model (--summary) at a healthy time.
+  3. every dashboard variable query returns the job's values and every panel query of both
+     dashboards ($job/$node set to this job's values, other variables All, $__rate_interval 1m)
+     returns data over the run; compat panels for collectives/fabrics the workload never runs
+     must be empty (anything else would mean mislabelled n_nodes/collective).
+  4. scenario 1: NcclinspBusBandwidthDegraded fires for AllGather on the n_nodes>1 comm during
+     the degradation and never for n_nodes="1"; network AllGather bandwidth (recording rule
+     ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m) falls to ~50 % while every NVLink-only
+     series stays within 5 %; step throughput (median over ranks) 310 -> ~268 TFLOP/s.
+  5. scenario 2: the dashboard's per-host attribution table ranks node1 first during the
+     slow-host window, also for ReduceScatter on the network comm.
+  6. hang: NcclinspCollectiveHung fires for node0 and the communicator whose
+     ncclinsp_oldest_inflight_age_seconds grows on GPU1, and for nothing else.
+  7. finished job: every file ends with ncclinsp_info{final="1"}; the stale-exporter alerts'
+     own expressions (read from /api/v1/rules), evaluated 90 s / 150 s after the end, return
+     nothing for this job, while the bare age condition would (so the exclusion is what holds).
+  8. no other alert fires.
+
+usage: e2e_test.py --plugin PATH --sim PATH [--nodes 2 --gpus 4] [--keep] [--root DIR]
+Exit 0 pass, 1 fail, 77 skip (prometheus / node_exporter / plugin / simulator missing).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import promapi as P  # noqa: E402
+
+SKIP = 77
+# The fault schedule (simulated seconds == wall seconds at --speed 1).
+HANG_RANK, HANG_AT = 1, 10
+NET = (35, 100, 50)         # t0, t1, percent
+SLOW = (1, 100, 136, 25)    # node, t0, t1, percent
+DURATION = 138
+ATTRIB_AT = 133             # attribution table evaluated here (33 s into the slow-host window)
+# Ops the workload runs only in its first step: their Inspector-compatible gauges exist for one
+# export window (~1 s) and may or may not be caught by a 1 s scrape.
+FIRST_STEP_ONLY = {"Broadcast"}
+
+IDENT = {"slurm_job_id", "node", "gpu", "uuid"}
+COMM = {"comm_name", "comm_hash", "rank", "nranks", "n_nodes"}
+OP = {"collective", "message_size", "algo_proto"}
+SCRAPE = {"job", "instance", "node_instance"}
+USER = {"cluster": "e2e"}   # NCCLINSP_LABELS=cluster=e2e
+COMPAT_COLL = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "collective",
+               "message_size", "algo_proto", "uuid"}
+COMPAT_P2P = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "p2p_operation",
+              "message_size", "uuid"}
+# Expected label names per family (besides SCRAPE); user labels are added where the plugin writes them.
+EXPECTED = {
+    "nccl_bus_bandwidth_gbs": COMPAT_COLL,
+    "nccl_collective_exec_time_microseconds": COMPAT_COLL,
+    "nccl_p2p_bus_bandwidth_gbs": COMPAT_P2P,
+    "nccl_p2p_exec_time_microseconds": COMPAT_P2P,
+    "ncclinsp_ops_total": IDENT | COMM | OP,
+    "ncclinsp_bytes_total": IDENT | COMM | OP,
+    "ncclinsp_bus_bytes_total": IDENT | COMM | OP,
+    "ncclinsp_busy_seconds_total": IDENT | COMM | OP,
+    "ncclinsp_op_duration_seconds_bucket": IDENT | COMM | OP | {"le"},
+    "ncclinsp_op_duration_seconds_sum": IDENT | COMM | OP,
+    "ncclinsp_op_duration_seconds_count": IDENT | COMM | OP,
+    "ncclinsp_inflight_ops": IDENT | COMM,
+    "ncclinsp_oldest_inflight_age_seconds": IDENT | COMM,
+    "ncclinsp_seconds_since_last_completion": IDENT | COMM,
+    "ncclinsp_last_completed_seq": IDENT | COMM | {"collective"},
+    "ncclinsp_invalid_ops_total": IDENT | COMM,
+    "ncclinsp_abandoned_ops_total": IDENT | COMM,
+    "ncclinsp_dropped_events_total": IDENT | {"reason"},
+    "ncclinsp_filtered_ops_total": IDENT | {"reason"},
+    "ncclinsp_export_timestamp_seconds": IDENT,
+    # docs/metrics.md names version and abi; the plugin also writes final="0|1" (end-of-job marker).
+    "ncclinsp_info": IDENT | {"version", "abi", "final"},
+}
+SIM_FAMILIES = {"ncclinsp_sim_step_tflops": {"node", "rank"}, "ncclinsp_sim_steps_total": {"node", "rank"}}
+HIST_LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
+           "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]
+FUNCS = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll", "Gather", "Scatter",
+         "Send", "Recv", "SendRecv", "unknown"}
+DROP_REASONS = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full"}
+FILTER_REASONS = {"min_size", "no_gpu_timing"}
+SHAPES = {
+    "gpu": re.compile(r"^GPU\d+$"),
+    "uuid": re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
+    "comm_hash": re.compile(r"^[0-9a-f]{16}$"),
+    "rank": re.compile(r"^\d+$"),
+    "nranks": re.compile(r"^\d+$"),
+    "abi": re.compile(r"^v[4-7]$"),
+    "algo_proto": re.compile(r"^([A-Z_]+_(SIMPLE|LL|LL128)|SYM_\w+|none)$"),
+}
+# `invalid`: ops with an unknown datatype (the workload's ncclUint8 AllReduce) are counted under
+# message_size="invalid" (not in docs/metrics.md's bucket list; reported as a docs gap).
+NATIVE_SIZE = re.compile(r"^(0B|invalid|\d+(B|KiB|MiB|GiB|TiB|PiB|EiB)-\d+(B|KiB|MiB|GiB|TiB|PiB|EiB))$")
+COMPAT_SIZE = re.compile(r"^\d+-\d+(B|KB|MB|GB)$")
+
+
+class Failures(list):
+    def __call__(self, msg):
+        self.append(msg)
+        print("FAIL:", msg, flush=True)
+
+
+def log(msg):
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def doc_families(repo):
+    """Family names from the tables of docs/metrics.md (histograms expanded)."""
+    names = []
+    with open(os.path.join(repo, "docs", "metrics.md"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\|\s*`((?:nccl|ncclinsp)_[a-z0-9_]+)`\s*\|\s*(\w+)", line)
+            if m:
+                if m.group(2) == "histogram":
+                    names += [m.group(1) + s for s in ("_bucket", "_sum", "_count")]
+                else:
+                    names.append(m.group(1))
+    return names
+
+
+def coll_of(expr):
+    ms = {k: v for k, op, v in P.matchers(expr) if op == "="}
+    return ms.get("collective") or ms.get("p2p_operation")
+
+
+def pow2_label(n):
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+
+    def fmt(v):
+        u = 0
+        while v >= 1024 and v % 1024 == 0 and u < len(units) - 1:
+            v //= 1024
+            u += 1
+        return f"{v}{units[u]}"
+    lo = 1 << (n.bit_length() - 1)
+    return f"{fmt(lo)}-{fmt(lo * 2)}"
+
+
+class Run:
+    def __init__(self, a, prom, job, t0, summary):
+        self.a, self.prom, self.job, self.t0, self.summary = a, prom, job, t0, summary
+        self.nodes = [f"node{k}" for k in range(a.nodes)]
+        self.fail = Failures()
+
+    def T(self, t):  # simulated seconds -> Unix time
+        return self.t0 + t
+
+    def q(self, expr, t):
+        return self.prom.values(expr, at=self.T(t))
+
+    # -- 2. families and labels -----------------------------------------------------------------
+    def check_families(self, t):
+        fams = doc_families(P.REPO)
+        missing_exp = [f for f in fams if f not in EXPECTED]
+        if missing_exp:
+            self.fail(f"docs/metrics.md lists families this test has no expectation for: {missing_exp}")
+        if len(fams) < 20:
+            self.fail(f"parsed only {len(fams)} families from docs/metrics.md: {fams}")
+        n_series = 0
+        for fam in list(dict.fromkeys(fams + list(SIM_FAMILIES))):
+            want = SIM_FAMILIES.get(fam)
+            sim = want is not None
+            if not sim:
+                want = EXPECTED.get(fam, set()) | set(USER)
+            sel = f'{fam}{{node_instance=~".+"}}' if sim else f'{fam}{{slurm_job_id="{self.job}"}}'
+            res = self.q(sel, t)
+            n_series += len(res)
+            if not res:
+                self.fail(f"family {fam}: no series at t={t}")
+                continue
+            nodes = sorted({m.get("node") for m, _ in res})
+            if nodes != self.nodes:
+                self.fail(f"family {fam}: nodes {nodes}, expected {self.nodes}")
+            bad = 0
+            for m, v in res:
+                got = set(m) - {"__name__"} - SCRAPE
+                if got != want or not SCRAPE <= set(m):
+                    self.fail(f"family {fam}: labels {sorted(set(m) - {'__name__'})}, expected "
+                              f"{sorted(want | SCRAPE)}")
+                    break
+                if m["node"] != m["node_instance"]:
+                    self.fail(f"family {fam}: node {m['node']} served by node_instance {m['node_instance']}")
+                    break
+                bad += self.check_values(fam, m, v)
+                if bad:
+                    break
+        log(f"families: {len(fams)} documented + {len(SIM_FAMILIES)} simulator families present, "
+            f"{n_series} series checked at t={t}s")
+        # Histogram buckets complete.
+        les = {m["le"] for m, _ in self.q(f'ncclinsp_op_duration_seconds_bucket{{slurm_job_id="{self.job}"}}', t)}
+        if les != set(HIST_LE):
+            self.fail(f"histogram le values {sorted(les)} != documented {HIST_LE}")
+        # Communicators of the workload.
+        comms = {(m["comm_name"], m["nranks"], m["n_nodes"])
+                 for m, _ in self.q(f'ncclinsp_ops_total{{slurm_job_id="{self.job}"}}', t)}
+        N, G = self.a.nodes, self.a.gpus
+        want = {("tp", str(G), "1"), ("fsdp", str(N * G), str(N))}
+        want |= {(f"{k}{l}", str(N), str(N)) for k in ("dp", "pp") for l in range(G)}
+        if comms != want:
+            self.fail(f"communicators {sorted(comms)} != {sorted(want)}")
+
+    def check_values(self, fam, m, v):
+        def bad(msg):
+            self.fail(f"family {fam}: {msg} in {m}")
+            return 1
+        if fam in SIM_FAMILIES:
+            return 0 if math.isfinite(v) else bad("non-finite value")
+        if m.get("slurm_job_id") != self.job:
+            return bad("slurm_job_id")
+        for k, rx in SHAPES.items():
+            if k in m and not rx.match(m[k]):
+                return bad(f"{k}={m[k]!r} has the wrong shape")
+        for k, v0 in USER.items():
+            if m.get(k) != v0:
+                return bad(f"user label {k}")
+        if "n_nodes" in m and m["n_nodes"] not in ("1", str(self.a.nodes)):
+            return bad("n_nodes")
+        for k in ("collective", "p2p_operation"):
+            if k in m and m[k] not in FUNCS:
+                return bad(f"{k}={m[k]!r}")
+        if "message_size" in m:
+            rx = COMPAT_SIZE if fam.startswith("nccl_") else NATIVE_SIZE
+            if not rx.match(m["message_size"]):
+                return bad(f"message_size={m['message_size']!r}")
+        if fam == "ncclinsp_dropped_events_total" and m["reason"] not in DROP_REASONS:
+            return bad("reason")
+        if fam == "ncclinsp_filtered_ops_total" and m["reason"] not in FILTER_REASONS:
+            return bad("reason")
+        if not math.isfinite(v) or v < 0:
+            return bad(f"value {v}")
+        return 0
+
+    def check_model_bandwidth(self, t):
+        """Measured window bus bandwidth vs the simulator's model, healthy phase."""
+        rows = self.q(f'ncclinsp_job:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}"}}', t)
+        got = {}
+        for m, v in rows:
+            comm = re.sub(r"\d+$", "", m["comm_name"])
+            got.setdefault((comm, m["collective"], m["message_size"]), []).append(v)
+        checked = 0
+        for b in self.summary["busbw"]:
+            if b["bytes_per_rank"] < (1 << 20):
+                continue
+            key = (b["comm"], b["collective"], pow2_label(b["bytes_per_rank"]))
+            vals = got.get(key)
+            if not vals:
+                self.fail(f"no measured bus bandwidth for {key} at t={t}s")
+                continue
+            exp = b["nominal_busbw_gbs"]
+            for v in vals:
+                if not abs(v / exp - 1) < 0.05:
+                    self.fail(f"{key}: measured {v:.1f} GB/s, model {exp:.1f} GB/s")
+            checked += 1
+        log(f"bus bandwidth matches the simulator's model (+-5%) for {checked} comm/collective/size rows")
+
+    # -- 3. dashboards --------------------------------------------------------------------------
+    def expected_ops(self):
+        """(collective, network?) pairs the workload runs."""
+        return {(b["collective"], bool(b["network"])) for b in self.summary["busbw"]}
+
+    def check_dashboards(self, t_end):
+        values = {"job": [self.job], "node": self.nodes}
+        present = self.expected_ops()
+        n_ok = n_empty = 0
+        for name in ("ncclinsp.json", "inspector-compat.json"):
+            dash = P.load_dashboard(os.path.join(P.REPO, "grafana", name))
+            for v in P.variables(dash):
+                q = P.variable_query(v)
+                m = re.match(r"^label_values\((.*),\s*(\w+)\)$", q.strip())
+                if not m:
+                    continue
+                sel = P.substitute(m.group(1), values)
+                got = set(self.prom.label_values(m.group(2), sel, start=self.T(0), end=t_end))
+                want = {"job": {self.job}, "node": set(self.nodes)}.get(v["name"])
+                if not got or (want and not want <= got):
+                    self.fail(f"{name} variable {v['name']}: {sorted(got)} (query {q})")
+            for p, tg in P.iter_targets(dash):
+                expr = P.substitute(tg["expr"], values, rate_interval="1m")
+                # Expected empty: a compat panel for a collective/fabric the workload never runs.
+                expect = True
+                if name == "inspector-compat.json":
+                    ms = dict((k, val) for k, op, val in P.matchers(tg["expr"]) if op == "=")
+                    coll = ms.get("collective") or ms.get("p2p_operation")
+                    net = not any(k == "n_nodes" and op == "=" and val == "1"
+                                  for k, op, val in P.matchers(tg["expr"]))
+                    expect = (coll, net) in present
+                try:
+                    if tg.get("instant") or p.get("type") == "table":
+                        res = self.prom.values(expr, at=self.T(ATTRIB_AT))
+                        n = sum(1 for _, v in res if math.isfinite(v))
+                    else:
+                        res = self.prom.range_values(expr, self.T(0), t_end, step=1)
+                        n = sum(1 for _, pts in res for _, v in pts if math.isfinite(v))
+                except P.PromError as e:
+                    self.fail(f"{name} panel {p.get('title')!r} {tg.get('refId')}: {e}")
+                    continue
+                if expect and n == 0 and coll_of(tg["expr"]) in FIRST_STEP_ONLY:
+                    n_empty += 1
+                elif expect and n == 0:
+                    self.fail(f"{name} panel {p.get('title')!r} {tg.get('refId')}: no data\n    {expr}")
+                elif not expect and n:
+                    self.fail(f"{name} panel {p.get('title')!r}: data for an op the workload never runs\n    {expr}")
+                elif expect:
+                    n_ok += 1
+                else:
+                    n_empty += 1
+        log(f"dashboards: {n_ok} panel queries returned data, {n_empty} compat queries empty as expected "
+            f"(collective/fabric not in the workload)")
+
+    # -- 4. scenario 1 --------------------------------------------------------------------------
+    def check_net_degrade(self, t_end):
+        t0, t1, pct = NET
+        N = str(self.a.nodes)
+        fired = self.prom.firing("NcclinspBusBandwidthDegraded", self.T(0), t_end, slurm_job_id=self.job)
+        ag = [f for f in fired if f[0].get("collective") == "AllGather" and f[0].get("n_nodes") == N
+              and f[0].get("comm_name") == "fsdp"]
+        if not ag:
+            self.fail(f"NcclinspBusBandwidthDegraded did not fire for fsdp AllGather (fired: {[f[0] for f in fired]})")
+        else:
+            at = ag[0][1] - self.t0
+            log(f"scenario 1: NcclinspBusBandwidthDegraded fired for fsdp AllGather n_nodes={N} at t={at:.0f}s "
+                f"(degradation {t0}-{t1}s)")
+            if not t0 < at <= t1:
+                self.fail(f"degradation alert fired at t={at:.0f}s, outside the fault window {t0}-{t1}s")
+        for m, a, b in fired:
+            if m.get("n_nodes") == "1":
+                self.fail(f"NcclinspBusBandwidthDegraded fired for NVLink-only {m} at t={a - self.t0:.0f}s")
+            if a - self.t0 < t0:
+                self.fail(f"NcclinspBusBandwidthDegraded fired before the fault: {m} at t={a - self.t0:.0f}s")
+        rule = f'ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}"}}'
+        before = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t0 - 1)}
+        during = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t1 - 1)}
+        nv = [k for k in before if k[0] == "nvlink" and math.isfinite(before[k])]
+        if not nv:
+            self.fail("no NVLink-only fabric series")
+        for k in nv:
+            r = during.get(k, float("nan")) / before[k]
+            if not abs(r - 1) < 0.05:
+                self.fail(f"NVLink-only {k} moved: {before[k]:.1f} -> {during.get(k)} GB/s")
+        key = next((k for k in before if k[:2] == ("network", "AllGather")), None)
+        if key is None or key not in during:
+            self.fail(f"no network AllGather fabric series: {sorted(before)}")
+        else:
+            r = during[key] / before[key]
+            log(f"scenario 1: network AllGather {before[key]:.1f} -> {during[key]:.1f} GB/s ({r:.0%}); "
+                "NVLink-only: " + ", ".join(f"{k[1]} {k[2]} {before[k]:.0f}->{during.get(k, float('nan')):.0f}"
+                                            for k in sorted(nv)))
+            if not abs(r - (1 - pct / 100)) < 0.08:
+                self.fail(f"network AllGather ratio {r:.2f}, expected ~{1 - pct / 100:.2f}")
+        self.check_throughput()
+
+    def check_throughput(self):
+        """Step throughput (median over ranks) at the end of every phase of the summary."""
+        out = []
+        for ph in self.summary["phases"]:
+            if ph["t1"] - ph["t0"] < 10:
+                continue
+            t = ph["t1"] - 1
+            v = self.q("quantile(0.5, ncclinsp_sim_step_tflops)", t)
+            if not v:
+                self.fail(f"no ncclinsp_sim_step_tflops at t={t}")
+                continue
+            out.append(f"{ph['t0']:g}-{ph['t1']:g}s {ph['faults']}: {v[0][1]:.0f} (model {ph['tflops']:.0f})")
+            if not abs(v[0][1] / ph["tflops"] - 1) < 0.03:
+                self.fail(f"throughput {v[0][1]:.0f} TFLOP/s at t={t}, model {ph['tflops']:.0f} ({ph['faults']})")
+        log("step throughput, TFLOP/s per GPU: " + "; ".join(out))
+
+    # -- 5. scenario 2 --------------------------------------------------------------------------
+    def check_attribution(self):
+        slow_node = f"node{SLOW[0]}"
+        dash = P.load_dashboard(os.path.join(P.REPO, "grafana", "ncclinsp.json"))
+        table = next(t for p, t in P.iter_targets(dash) if p.get("type") == "table")
+        expr = P.substitute(table["expr"], {"job": [self.job], "node": self.nodes}, rate_interval="1m")
+        rows = [(m, v) for m, v in self.q(expr, ATTRIB_AT) if math.isfinite(v)]
+        if not rows:
+            self.fail("attribution table empty")
+            return
+        top = rows[0]
+        log(f"scenario 2: attribution table first row at t={ATTRIB_AT}s: {top[0].get('node')} "
+            f"{top[0].get('comm_name')} {top[0].get('collective')} {top[1]:.0%} of the job median")
+        if top[0].get("node") != slow_node or not top[1] < 0.97:
+            self.fail(f"attribution: first row {top}, expected {slow_node} below the median")
+        low = [m for m, v in rows if v < 0.97 and m.get("node") != slow_node]
+        if low:
+            self.fail(f"attribution: other hosts below 97% of the median: {low}")
+        rs = {m["node"]: v for m, v in rows if m.get("collective") == "ReduceScatter" and m.get("n_nodes") != "1"}
+        if not rs or min(rs, key=rs.get) != slow_node:
+            self.fail(f"attribution: ReduceScatter on the network comm does not name {slow_node}: {rs}")
+        else:
+            log("scenario 2: ReduceScatter (network) per host: "
+                + ", ".join(f"{k} {v:.0%}" for k, v in sorted(rs.items())))
+        # The per-node recording rule agrees.
+        rr = self.q(f'ncclinsp:bus_bandwidth_gbs:ratio_to_job_median{{slurm_job_id="{self.job}",n_nodes!="1"}}',
+                    ATTRIB_AT)
+        worst = {}
+        for m, v in rr:
+            worst[m["node"]] = min(worst.get(m["node"], 9), v)
+        if not worst or min(worst, key=worst.get) != slow_node:
+            self.fail(f"ratio_to_job_median does not name {slow_node}: {worst}")
+
+    # -- 6. hang --------------------------------------------------------------------------------
+    def check_hang(self, t_end):
+        node, gpu = f"node{HANG_RANK // self.a.gpus}", f"GPU{HANG_RANK % self.a.gpus}"
+        fired = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=self.job)
+        if not fired:
+            self.fail("NcclinspCollectiveHung did not fire")
+            return
+        at = fired[0][1]
+        ages = self.prom.values(f'ncclinsp_oldest_inflight_age_seconds{{slurm_job_id="{self.job}"}} > 30', at=at)
+        hung = {(m["node"], m["gpu"], m["comm_name"], m["comm_hash"]) for m, _ in ages}
+        if {(h[0], h[1]) for h in hung} != {(node, gpu)}:
+            self.fail(f"hung ops at t={at - self.t0:.0f}s on {sorted(hung)}, expected only {node}/{gpu}")
+        want = {(node, h[2], h[3]) for h in hung}
+        got = {(m["node"], m["comm_name"], m["comm_hash"]) for m, _, _ in fired}
+        if got != want:
+            self.fail(f"NcclinspCollectiveHung fired for {sorted(got)}, expected {sorted(want)}")
+        log(f"hang: NcclinspCollectiveHung fired at t={at - self.t0:.0f}s for {sorted(got)} "
+            f"(rank {HANG_RANK} = {node}/{gpu} hung at t={HANG_AT}s)")
+        if not HANG_AT + 60 < at - self.t0 < HANG_AT + 60 + 15 + 20:
+            self.fail(f"hang alert at t={at - self.t0:.0f}s, expected ~{HANG_AT + 75}s")
+
+    # -- 7. finished job --------------------------------------------------------------------------
+    def check_final(self, n_files):
+        sel = f'ncclinsp_info{{slurm_job_id="{self.job}",final="1"}}'
+        try:
+            self.prom.wait_for_series(sel, timeout=15, min_results=n_files)
+        except TimeoutError as e:
+            self.fail(f"final files: {e}")
+            return
+        ab = self.prom.values(f'sum(ncclinsp_abandoned_ops_total{{slurm_job_id="{self.job}"}})')
+        if not ab or ab[0][1] < 1:
+            self.fail(f"the hung op was not counted as abandoned at teardown: {ab}")
+        rules = {r["name"]: r for g in self.prom.rules() for r in g["rules"] if r.get("type") == "alerting"}
+        now = time.time()
+        for name, later, bare in (
+                ("NcclinspExporterStale", 90, f'time() - ncclinsp_export_timestamp_seconds{{slurm_job_id="{self.job}"}} > 60'),
+                ("NcclinspTextfileStale", 150, 'time() - node_textfile_mtime_seconds{file=~"nccl_inspector_metrics_.*[.]prom"} > 120')):
+            r = rules.get(name)
+            if not r:
+                self.fail(f"rule {name} not loaded")
+                continue
+            mine = [m for m, _ in self.prom.values(r["query"], at=now + later)
+                    if m.get("slurm_job_id", self.job) == self.job]
+            control = self.prom.values(bare, at=now + later)
+            if mine:
+                self.fail(f"{name} would fire {later}s after the job ended for finished files: {mine[:2]}")
+            if len(control) < n_files:
+                self.fail(f"control: bare staleness condition of {name} found {len(control)} files, expected {n_files}")
+        log(f"finished job: {n_files} files final=\"1\"; stale alerts stay quiet 90/150 s later "
+            f"(bare age condition would fire for all of them)")
+
+    def check_other_alerts(self, t_end):
+        allowed = {"NcclinspBusBandwidthDegraded", "NcclinspCollectiveHung", "NcclinspHostBelowJobMedian"}
+        seen = {}
+        for m, pts in self.prom.range_values('ALERTS{alertstate="firing"}', self.T(0), t_end, step=1):
+            seen.setdefault(m["alertname"], m)
+        extra = set(seen) - allowed
+        if extra:
+            self.fail(f"unexpected alerts fired: {[seen[x] for x in extra]}")
+        log(f"alerts that fired: {sorted(seen)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--sim", required=True)
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--root", help="work dir (default: a temp dir, removed on success)")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir")
+    a = ap.parse_args()
+    if a.nodes < 2 or a.gpus < 2:
+        ap.error("needs at least 2 nodes x 2 GPUs")
+    for env, b in (("PROMETHEUS_BIN", "/usr/bin/prometheus"),
+                   ("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter")):
+        if not os.access(os.environ.get(env, b), os.X_OK):
+            print(f"SKIP: {b} not installed")
+            return SKIP
+    for f in (a.plugin, a.sim):
+        if not os.path.exists(f):
+            print(f"SKIP: {f} not built")
+            return SKIP
+    t_start = time.monotonic()
+    root = a.root or tempfile.mkdtemp(prefix="ncclinsp-e2e-")
+    os.makedirs(root, exist_ok=True)
+    nodes = [f"node{k}" for k in range(a.nodes)]
+    job = f"e2e-{os.getpid()}"
+    failures = Failures()
+    sim = None
+    try:
+        with P.stack(root, nodes, scrape="1s") as prom:
+            log(f"stack up at {prom.url} ({len(nodes)} node_exporters, root {root})")
+            env = dict(os.environ, SLURM_JOB_ID=job, NCCLINSP_LABELS=",".join(f"{k}={v}" for k, v in USER.items()),
+                       NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1",
+                       NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="1000000")
+            summary_path = os.path.join(root, "summary.json")
+            cmd = [a.sim, "--plugin", a.plugin, "--nodes", str(a.nodes), "--gpus", str(a.gpus),
+                   "--duration", str(DURATION), "--speed", "1", "--out", root, "--prom",
+                   "--summary", summary_path,
+                   "--hang-rank", f"{HANG_RANK}@{HANG_AT}",
+                   "--net-degrade", f"{NET[2]}@{NET[0]}-{NET[1]}",
+                   "--slow-host", f"{SLOW[0]}:{SLOW[3]}@{SLOW[1]}-{SLOW[2]}"]
+            log("simulator: " + " ".join(cmd[1:]))
+            with open(os.path.join(root, "logs", "sim.log"), "w") as lf:
+                t0 = time.time() + 0.3  # the simulator starts its nodes 300 ms after launch
+                sim = subprocess.Popen(cmd, env=env, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+                last = -30
+                while sim.poll() is None:
+                    el = time.time() - t0
+                    if el - last >= 30:
+                        last = el
+                        log(f"job running, t={el:.0f}s of {DURATION}s")
+                    if el > DURATION + 60:
+                        raise TimeoutError("simulator did not finish")
+                    time.sleep(0.5)
+            if sim.returncode != 0:
+                failures(f"simulator exited with {sim.returncode} (see {root}/logs/sim.log)")
+            t_end = time.time()
+            log(f"job finished after {t_end - t0:.0f}s")
+            with open(summary_path) as f:
+                summary = json.load(f)
+            r = Run(a, prom, job, t0, summary)
+            r.fail = failures
+            tg = prom.targets()
+            if len(tg) != a.nodes or any(x["health"] != "up" for x in tg):
+                failures(f"targets: {[(x['labels'], x['health']) for x in tg]}")
+            r.check_families(25)
+            r.check_model_bandwidth(28)
+            r.check_dashboards(t_end)
+            r.check_net_degrade(t_end)
+            r.check_attribution()
+            r.check_hang(t_end)
+            r.check_final(a.nodes * a.gpus)
+            r.check_other_alerts(time.time())
+    except (TimeoutError, RuntimeError, P.PromError, OSError, ValueError, KeyError) as e:
+        failures(f"{type(e).__name__}: {e}")
+    finally:
+        if sim is not None and sim.poll() is None:
+            os.killpg(sim.pid, signal.SIGKILL)  # our own session: the simulator and its node processes
+            sim.wait()
+    took = time.monotonic() - t_start
+    if failures:
+        print(f"e2e: FAILED ({len(failures)} problem(s)) in {took:.0f}s; files and logs under {root}")
+        return 1
+    print(f"e2e: OK in {took:.0f}s")
+    if not a.keep and not a.root:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
