@@ -24,12 +24,12 @@ common=(--benchmark_min_time="$min_time" --benchmark_repetitions="$reps" --bench
 lscpu > "$out/lscpu.txt" 2>/dev/null || true
 dump="$(mktemp -d /tmp/ncclinsp-bench.XXXXXX)"  # the plugin's dump dir; the final .prom is kept in results
 trap 'rm -rf "$dump"' EXIT
-export NCCL_INSPECTOR_DUMP_DIR="$dump"
+rm -f "$out"/*.prom
 for b in bench_hotpath bench_plugin bench_export; do
   echo "== $b" >&2
-  "$bin/$b" "${common[@]}" --benchmark_out="$out/$b.json"
+  NCCL_INSPECTOR_DUMP_DIR="$dump/$b" "$bin/$b" "${common[@]}" --benchmark_out="$out/$b.json"
 done
 echo "== bench_memory" >&2
-"$bin/bench_memory" "${MEM_COLLECTOR_OPS:-1e8}" "${MEM_PLUGIN_OPS:-1e7}" | tee "$out/bench_memory.jsonl"
-cp "$dump"/*.prom "$out/" 2>/dev/null || true  # the typical job's file (bench_export's last finalize)
+NCCL_INSPECTOR_DUMP_DIR="$dump/bench_memory" "$bin/bench_memory" "${MEM_COLLECTOR_OPS:-1e8}" "${MEM_PLUGIN_OPS:-1e7}" | tee "$out/bench_memory.jsonl"
+for f in "$dump"/bench_export/*.prom; do [[ -e "$f" ]] && cp "$f" "$out/typical_job.prom"; done  # last finalize's file
 python3 "$here/summarize.py" "$out" | tee "$out/summary.md"
