@@ -98,6 +98,12 @@ class exporter {
     return true;
   }
 
+  /// After a stop() that timed out: waits up to `timeout` for the detached thread's final export.
+  bool wait_finished(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(st_->mu);
+    return st_->done_cv.wait_for(lk, timeout, [&] { return st_->finished; });
+  }
+
   /// Number of exports written so far (tests, health).
   std::uint64_t exports() const noexcept {
     std::lock_guard lk(st_->mu);

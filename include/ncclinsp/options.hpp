@@ -43,13 +43,14 @@ struct options {
   bool otel = false;                     ///< NCCL_INSPECTOR_OTEL_EXPORT
   bool otel_verbose = false;             ///< NCCL_INSPECTOR_OTEL_VERBOSE
   // ---- native ----
-  std::vector<std::string> sinks;        ///< NCCLINSP_SINKS=prom,json (default: from NCCL_INSPECTOR_PROM_DUMP)
+  std::vector<std::string> sinks;        ///< NCCLINSP_SINKS=prom,json,trace (default: from NCCL_INSPECTOR_PROM_DUMP)
   std::string node_name;                 ///< NCCLINSP_NODE_NAME (default: host name)
   std::vector<std::pair<std::string, std::string>> labels;  ///< NCCLINSP_LABELS=cluster=a,team=b (+ namespace/pod)
   bool user_tag_label = false;           ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
   std::string cuda_driver;               ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
   bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
   std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
+  std::int64_t exit_flush_ms = 2000;     ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
 
   /// Effective export interval in ms; 0 means "only at flush/teardown".
@@ -185,12 +186,12 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
     while (!rest.empty()) {
       const auto comma = rest.find(',');
       const std::string_view item = rest.substr(0, comma);
-      if (item == "prom" || item == "json") s.emplace_back(item);
+      if (item == "prom" || item == "json" || item == "trace") s.emplace_back(item);
       else if (!item.empty()) ok = false;
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
     if (ok && !s.empty()) o.sinks = std::move(s);
-    else e.warn("NCCLINSP_SINKS", v, "a list of prom, json");
+    else e.warn("NCCLINSP_SINKS", v, "a list of prom, json, trace");
   }
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
@@ -231,6 +232,7 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.string("NCCLINSP_CUDA_DRIVER", o.cuda_driver);
   e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
   e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
+  e.integer("NCCLINSP_EXIT_FLUSH_MS", o.exit_flush_ms, 0, 600000);
   return o;
 }
 

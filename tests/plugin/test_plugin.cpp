@@ -62,8 +62,10 @@ double sample(const std::string& text, const std::string& family, std::initializ
   return std::nan("");
 }
 
-/// Runs `body` in a forked child with `env` set; returns the child's exit code (or -signal).
+/// Runs `body` in a forked child with `env` set; returns the child's exit code (or -signal). The
+/// child leaves through exit(), as a training process does, so the plugin's exit flush runs.
 int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
+  std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -73,7 +75,7 @@ int in_child(const std::map<std::string, std::string>& env, const std::function<
     } catch (...) {
       rc = 98;
     }
-    ::_exit(rc);
+    std::exit(rc);
   }
   int st = 0;
   ::waitpid(pid, &st, 0);
@@ -133,7 +135,8 @@ int drive_basic(int abi) {
   const auto begin = std::chrono::steady_clock::now();
   comm.finalize();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
-  return ms < 100 ? 0 : 14;  // teardown flush is bounded
+  // finalize waits at most 100 ms for the final export (bench/ measures it); allow for a loaded CI machine.
+  return ms < 1000 ? 0 : 14;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
-/// Atomic file replacement: write `<dir>/.<name>.tmp.<pid>`, fsync, rename over `<dir>/<name>`.
-/// Readers (node_exporter) see the old file or the new one, never a partial one; on any error
+/// Atomic file replacement: write `<dir>/.<name>.tmp.<pid>`, rename over `<dir>/<name>`.
+/// Readers (node_exporter) see the old file or the new one, never a partial one (no fsync: metrics
+/// need atomic visibility, not crash durability, and fsync can stall for seconds); on any error
 /// (ENOSPC, EACCES, EFBIG...) the temp file is removed and the old file stays. Creates `dir`
 /// (and parents) if missing. Thread-safety: reentrant (cold path, called by the exporter).
 
@@ -51,7 +52,6 @@ inline int write_file_atomic(const std::string& dir, const std::string& name, st
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
   int err = write_all(fd, data);
-  if (!err && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && !err) err = errno;
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err) ::unlink(tmp.c_str());

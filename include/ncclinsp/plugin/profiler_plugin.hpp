@@ -22,6 +22,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,7 @@
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
+#include "ncclinsp/sinks/trace_sink.hpp"
 #include "ncclinsp/version.hpp"
 
 namespace ncclinsp::plugin {
@@ -285,13 +287,18 @@ class plugin_state {
     pin_library();
     opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
     collector_options co;
-    co.record_ring_capacity = opts_.has_sink("json") ? opts_.coll_ring_size + (opts_.enable_p2p ? opts_.p2p_ring_size : 0) : 0;
+    co.record_ring_capacity =
+        opts_.has_sink("json") || opts_.has_sink("trace") ? opts_.coll_ring_size + (opts_.enable_p2p ? opts_.p2p_ring_size : 0) : 0;
     co.user_tag_label = opts_.user_tag_label;
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
     co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,
                    .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
     col_ = std::make_unique<collector<>>(std::move(co));
+    // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
+    // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
+    // so the handler stays mapped.
+    std::atexit([] { plugin_state::get().exit_flush(); });
     std::string banner = "ncclinsp " NCCLINSP_VERSION_STRING " loaded through profiler ABI v" + std::to_string(abi_version);
     banner += opts_.enable ? "; configuration:\n" + opts_.describe() : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
@@ -303,9 +310,26 @@ class plugin_state {
     if (opts_.has_sink("prom"))
       sinks.emplace_back(PromTextfileSink({.dir = opts_.dump_dir, .remove_on_shutdown = !opts_.keep_prom_files, .log = lg}));
     if (opts_.has_sink("json")) sinks.emplace_back(JsonSink({.dir = opts_.dump_dir, .max_file_bytes = opts_.json_max_bytes, .log = lg}));
+    if (opts_.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = opts_.dump_dir, .log = lg}));
     exporter_ = std::make_unique<exporter<collector<>>>(*col_, std::move(sinks),
                                                         exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg});
     exporter_->start();
+  }
+
+  void exit_flush() noexcept {
+    std::vector<exporter<collector<>>*> pending;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& e : lingering_) pending.push_back(e.get());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.exit_flush_ms);
+    for (auto* e : pending) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !e->wait_finished(left)) {
+        log(log_level::warn, "final export did not finish before process exit; the last interval may be incomplete");
+        break;
+      }
+    }
   }
 
   /// Keeps this library mapped after NCCL's dlclose: the exporter thread may outlive the last
@@ -507,6 +531,7 @@ class plugin_state {
   std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};
   std::uint32_t comm_gen_ = 0;
   std::uint32_t live_comms_ = 0;
+  std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
 
 }  // namespace ncclinsp::plugin
