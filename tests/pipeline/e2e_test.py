@@ -464,7 +464,7 @@ class Run:
         now = time.time()
         for name, later, bare in (
                 ("NcclinspExporterStale", 90, f'time() - ncclinsp_export_timestamp_seconds{{slurm_job_id="{self.job}"}} > 60'),
-                ("NcclinspTextfileStale", 150, 'time() - node_textfile_mtime_seconds{file=~"nccl_inspector_metrics_.*[.]prom"} > 120')):
+                ("NcclinspTextfileStale", 150, 'time() - node_textfile_mtime_seconds{file=~"(.*/)?nccl_inspector_metrics_[^/]*[.]prom"} > 120')):
             r = rules.get(name)
             if not r:
                 self.fail(f"rule {name} not loaded")

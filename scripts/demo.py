@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Demo driver (called by scripts/demo.sh once the stack is up): runs the simulated job through
+design.md's two scenarios against a running Prometheus and prints what Prometheus saw.
+
+    demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick]
+
+Timeline (simulated seconds = wall seconds, --speed 1):
+    default (7 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
+                      scenario 2: --slow-host 1:25@260-380 | healthy 380-420
+    --quick (~2.8 min): healthy 0-40 | net 50@40-100 | healthy 100-115 | slow 1:25@115-160 | 160-170
+The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
+20 s rate windows (every phase is longer than that), the alert timeline comes from Prometheus's
+own ALERTS series. stdlib only; the HTTP client is tests/pipeline/promapi.py.
+"""
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "pipeline"))
+import promapi as P  # noqa: E402
+
+W = "20s"  # readout rate window
+
+
+def say(msg):
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def schedule(quick):
+    if quick:
+        return dict(duration=170, net=(40, 100, 50), slow=(1, 115, 160, 25))
+    return dict(duration=420, net=(90, 210, 50), slow=(1, 260, 380, 25))
+
+
+class Readout:
+    def __init__(self, prom, job, t0):
+        self.prom, self.job, self.t0 = prom, job, t0
+
+    def one(self, expr, t):
+        r = [v for _, v in self.prom.values(expr, at=self.t0 + t) if math.isfinite(v)]
+        return r[0] if r else float("nan")
+
+    def bw(self, t, extra):
+        sel = f'slurm_job_id="{self.job}",{extra}'
+        return self.one(f"sum(rate(ncclinsp_bus_bytes_total{{{sel}}}[{W}])) / "
+                        f"sum(rate(ncclinsp_busy_seconds_total{{{sel}}}[{W}])) / 1e9", t)
+
+    def tflops(self, t):
+        return self.one("quantile(0.5, ncclinsp_sim_step_tflops)", t)
+
+
+def fmt(v, unit=""):
+    return "    n/a" if not math.isfinite(v) else f"{v:7.1f}{unit}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prom", required=True)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--sim", required=True)
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    s = schedule(a.quick)
+    net0, net1, net_pct = s["net"]
+    slow_node, slow0, slow1, slow_pct = s["slow"]
+    slow_name = f"node{slow_node}"
+    prom = P.Prom(a.prom)
+    job = "demo-" + time.strftime("%H%M%S")
+    summary_path = os.path.join(a.root, "summary.json")
+    cmd = [a.sim, "--plugin", a.plugin, "--nodes", str(a.nodes), "--gpus", str(a.gpus),
+           "--duration", str(s["duration"]), "--speed", "1", "--out", a.root, "--prom",
+           "--summary", summary_path,
+           "--net-degrade", f"{net_pct}@{net0}-{net1}",
+           "--slow-host", f"{slow_node}:{slow_pct}@{slow0}-{slow1}"]
+    env = dict(os.environ, SLURM_JOB_ID=job, NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1",
+               NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="1000000")
+    say(f"job {job}: {a.nodes} nodes x {a.gpus} GPUs for {s['duration']} s "
+        f"({'quick' if a.quick else 'full'} timeline)")
+    say(f"  scenario 1: network degraded {net_pct}% on n_nodes>1 communicators, t={net0}-{net1}s")
+    say(f"  scenario 2: {slow_name}'s network links {slow_pct}% slower, t={slow0}-{slow1}s")
+    say("  " + " ".join(os.path.relpath(x, REPO) if x.startswith(REPO) else x for x in cmd))
+    log = open(os.path.join(a.root, "logs", "sim.log"), "w")
+    t0 = time.time() + 0.3  # the simulator's nodes start 300 ms after launch
+    sim = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(a.root, "sim.pid"), "w") as f:
+        f.write(str(sim.pid))
+    r = Readout(prom, job, t0)
+    events = [(net0, f"scenario 1 starts: network degraded {net_pct}%"), (net1, "scenario 1 ends: network restored"),
+              (slow0, f"scenario 2 starts: {slow_name} links {slow_pct}% slower"), (slow1, f"scenario 2 ends: {slow_name} restored")]
+    seen_alerts = set()
+    last_status = -1e9
+    try:
+        while sim.poll() is None:
+            t = time.time() - t0
+            while events and t >= events[0][0]:
+                say(f"t={events[0][0]:>3}s  {events.pop(0)[1]}")
+            if t - last_status >= 30 and t > 5:
+                last_status = t
+                net = r.bw(t, 'n_nodes!="1",collective="AllGather"')
+                nv = r.bw(t, 'n_nodes="1"')
+                say(f"t={t:3.0f}s  AllGather network {fmt(net).strip()} GB/s, NVLink-only {fmt(nv).strip()} GB/s, "
+                    f"step {fmt(r.tflops(t)).strip()} TFLOP/s/GPU")
+            try:
+                for al in prom.alerts("firing"):
+                    lb = al["labels"]
+                    if lb.get("slurm_job_id", job) != job:
+                        continue
+                    key = (lb["alertname"], lb.get("node"), lb.get("comm_name"), lb.get("collective"))
+                    if key not in seen_alerts:
+                        seen_alerts.add(key)
+                        say(f"t={t:3.0f}s  ALERT {lb['alertname']} firing: {al['annotations'].get('summary', '')}")
+            except (P.PromError, OSError):
+                pass
+            time.sleep(1)
+    except KeyboardInterrupt:
+        sim.send_signal(signal.SIGKILL)
+        sim.wait()
+        raise
+    if sim.returncode != 0:
+        say(f"simulator exited with {sim.returncode}; see {a.root}/logs/sim.log")
+        return 1
+    t_end = time.time()
+    time.sleep(2)  # last scrape + rule evaluation
+    with open(summary_path) as f:
+        model = json.load(f)
+    report(prom, r, job, t0, t_end, model, s, a)
+    return 0
+
+
+def report(prom, r, job, t0, t_end, model, s, a):
+    net0, net1, net_pct = s["net"]
+    slow_node, slow0, slow1, slow_pct = s["slow"]
+    slow_name = f"node{slow_node}"
+    # Readout times: just before a fault, at its end (20 s window fully inside), and at the end
+    # of the healthy phase after it.
+    pts1 = [("before", net0 - 1), ("during", net1 - 1), ("after", slow0 - 1)]
+    pts2 = [("before", slow0 - 1), ("during", slow1 - 1), ("after", s["duration"] - 1)]
+    bar = "=" * 78
+    print()
+    print(bar)
+    print(f" ncclinsp demo summary: job {job}, {a.nodes} nodes x {a.gpus} GPUs, read from Prometheus {prom.url}")
+    print(f" (bus bandwidth = rate(ncclinsp_bus_bytes_total[{W}]) / rate(ncclinsp_busy_seconds_total[{W}]);"
+          " throughput = median rank)")
+    print(bar)
+
+    def row(label, f, pts, unit):
+        vals = [f(t) for _, t in pts]
+        print(f"  {label:<38}" + "".join(fmt(v) + "   " for v in vals) + unit)
+        return vals
+
+    print(f"\n Scenario 1: network degraded {net_pct}% on n_nodes>1 communicators, t={net0}-{net1}s")
+    print(f"  {'':<38}" + "".join(f"{n:>7}   " for n, _ in pts1) + f"   (t={', '.join(str(t) for _, t in pts1)}s)")
+    ag = row("AllGather, network (n_nodes>1)", lambda t: r.bw(t, 'n_nodes!="1",collective="AllGather"'), pts1, "GB/s")
+    row("ReduceScatter, network (n_nodes>1)", lambda t: r.bw(t, 'n_nodes!="1",collective="ReduceScatter"'), pts1, "GB/s")
+    nv = row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts1, "GB/s")
+    tf1 = row("step throughput", r.tflops, pts1, "TFLOP/s/GPU")
+
+    print(f"\n Scenario 2: {slow_name}'s network links {slow_pct}% slower, t={slow0}-{slow1}s")
+    print(f"  {'':<38}" + "".join(f"{n:>7}   " for n, _ in pts2) + f"   (t={', '.join(str(t) for _, t in pts2)}s)")
+    rs = row("ReduceScatter, network (job)", lambda t: r.bw(t, 'n_nodes!="1",collective="ReduceScatter"'), pts2, "GB/s")
+    row(f"ReduceScatter, network, {slow_name}",
+        lambda t: r.bw(t, f'n_nodes!="1",collective="ReduceScatter",node="{slow_name}"'), pts2, "GB/s")
+    row("ReduceScatter, network, other nodes",
+        lambda t: r.bw(t, f'n_nodes!="1",collective="ReduceScatter",node!="{slow_name}"'), pts2, "GB/s")
+    row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts2, "GB/s")
+    tf2 = row("step throughput", r.tflops, pts2, "TFLOP/s/GPU")
+
+    # Attribution: the dashboard's "Hosts vs job median" table query, at the end of scenario 2.
+    dash = P.load_dashboard(os.path.join(REPO, "grafana", "ncclinsp.json"))
+    table = next(t for p, t in P.iter_targets(dash) if p.get("type") == "table")
+    expr = P.substitute(table["expr"], {"job": [job]}, rate_interval="1m")
+    rows = [(m, v) for m, v in prom.values(expr, at=t0 + slow1 - 1) if math.isfinite(v)]
+    print("\n Attribution (dashboard table 'Hosts vs job median', lowest first, "
+          f"at t={slow1 - 1}s, 1m window):")
+    for m, v in rows[:4]:
+        print(f"  {m.get('node'):<8} {m.get('comm_name'):<6} {m.get('collective'):<14} {m.get('message_size'):<12}"
+              f" {v:6.0%} of the job median")
+    named = rows[0][0].get("node") if rows else None
+    worst = {}
+    for m, v in rows:
+        if m.get("n_nodes") != "1":
+            worst[m["node"]] = min(worst.get(m["node"], 9.0), v)
+    print(f"  -> host named by attribution: {named}"
+          + (f" (network comms at {worst.get(named, float('nan')):.0%} of the job median; "
+             f"other hosts >= {min((v for k, v in worst.items() if k != named), default=float('nan')):.0%})"
+             if named else ""))
+
+    # Alerts: from Prometheus's ALERTS series over the job.
+    print("\n Alerts that fired (from Prometheus's ALERTS series; t = seconds into the job):")
+    fired = []
+    for m, pts in prom.range_values('ALERTS{alertstate="firing"}', t0, time.time(), step=1):
+        if m.get("slurm_job_id", job) != job or not pts:
+            continue
+        fired.append((pts[0][0], pts[-1][0], m))
+    if not fired:
+        print("  (none)")
+    for a0, a1, m in sorted(fired, key=lambda x: (x[0], x[2].get("alertname"))):
+        what = " ".join(f"{k}={m[k]}" for k in ("node", "comm_name", "collective", "n_nodes", "message_size")
+                        if k in m)
+        print(f"  t={a0 - t0:4.0f}s ({time.strftime('%H:%M:%S', time.localtime(a0))}) to t={a1 - t0:4.0f}s  "
+              f"{m['alertname']:<30} {what}")
+
+    exp = {p["faults"]: p["tflops"] for p in model["phases"]}
+    print("\n Reading it:")
+    drop = 1 - tf1[1] / tf1[0] if tf1[0] else float("nan")
+    print(f"  1. network AllGather {fmt(ag[0]).strip()} -> {fmt(ag[1]).strip()} GB/s while NVLink-only stayed "
+          f"{fmt(nv[0]).strip()} -> {fmt(nv[1]).strip()} GB/s; step throughput {tf1[0]:.0f} -> {tf1[1]:.0f} TFLOP/s "
+          f"(-{drop:.0%}; model {exp.get('none', 0):.0f} -> {exp.get('net_degrade', 0):.0f}): the network is the cause.")
+    print(f"  2. throughput {tf2[0]:.0f} -> {tf2[1]:.0f} -> {tf2[2]:.0f} TFLOP/s, network ReduceScatter "
+          f"{fmt(rs[0]).strip()} -> {fmt(rs[1]).strip()} GB/s with NVLink flat; the per-host view names {named}.")
+    print(bar)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

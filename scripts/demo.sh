@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# ncclinsp demo: a simulated multi-node training job, instrumented by the ncclinsp NCCL profiler
+# plugin, scraped by real node_exporter + Prometheus on loopback, through design.md's two
+# scenarios (network degradation; one slow host), with a summary read back from Prometheus.
+#
+#   scripts/demo.sh [--quick] [--keep] [--nodes N] [--gpus G] [--root DIR] [--no-install]
+#
+#   --quick       ~3 min job instead of ~7 min
+#   --keep        leave Prometheus and the node_exporters running at the end (prints the URL
+#                 and the command that stops them)
+#   --nodes/--gpus  job shape (default 4 x 4; at least 2 nodes)
+#   --root DIR    work dir (default /tmp/ncclinsp-demo): node dirs, Prometheus TSDB, logs
+#   --no-install  do not apt-get anything; fail if something is missing
+#
+# Fresh Debian 12, as root: installs what is missing (cmake ninja-build g++ prometheus
+# prometheus-node-exporter libcli11-dev python3), builds only the plugin and the simulator into
+# build-demo/, starts the stack (scripts/stack.sh), runs the job (scripts/demo.py), prints the
+# summary, and stops everything it started, also on Ctrl-C or error, unless --keep.
+# Note: Debian's prometheus / prometheus-node-exporter packages also start their system services
+# (:9090, :9100) when first installed; the demo does not use them (its own run on free ports).
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+BUILD=$REPO/build-demo
+ROOT=/tmp/ncclinsp-demo
+QUICK=0 KEEP=0 INSTALL=1 NODES=4 GPUS=4
+
+usage() { sed -n '6,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) QUICK=1; shift ;;
+    --keep) KEEP=1; shift ;;
+    --nodes) NODES=$2; shift 2 ;;
+    --gpus) GPUS=$2; shift 2 ;;
+    --root) ROOT=$2; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    -h | --help) usage ;;
+    *) echo "demo.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+[[ $NODES =~ ^[0-9]+$ && $NODES -ge 2 ]] || { echo "demo.sh: --nodes must be >= 2" >&2; exit 2; }
+[[ $GPUS =~ ^[0-9]+$ && $GPUS -ge 1 ]] || { echo "demo.sh: --gpus must be >= 1" >&2; exit 2; }
+
+T_START=$SECONDS
+step() { printf '[demo %s] == %s\n' "$(date +%H:%M:%S)" "$*"; }
+info() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf 'demo.sh: %s\n' "$*" >&2; exit 1; }
+
+# ---- cleanup: whatever we started goes away again (unless --keep after a successful run) ----
+STACK_STARTED=0 OK=0
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -f $ROOT/sim.pid ]]; then
+    local pid
+    pid=$(cat "$ROOT/sim.pid" 2>/dev/null || true)
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      info "stopping the simulator (pid $pid) and its node processes"
+      # children first (found by parent pid, never by name), then the simulator itself
+      pkill -KILL -P "$pid" 2>/dev/null || true
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$ROOT/sim.pid"
+  fi
+  if ((STACK_STARTED)); then
+    if ((KEEP && OK)); then
+      echo
+      info "stack left running (--keep):"
+      info "  Prometheus UI:  $(cat "$ROOT/prom_url")   (try: ALERTS, ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m)"
+      info "  Grafana:        import grafana/ncclinsp.json with a Prometheus data source at that URL"
+      info "  stop it with:   $REPO/scripts/stack.sh stop --root $ROOT"
+    else
+      info "stopping Prometheus and the node_exporters"
+      "$REPO/scripts/stack.sh" stop --root "$ROOT" || true
+    fi
+  fi
+  if ((rc != 0)); then
+    info "demo failed (exit $rc); logs under $ROOT/logs"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo; info "interrupted"; exit 130' INT TERM
+
+# ---- 1. dependencies --------------------------------------------------------------------------
+step "checking dependencies"
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || missing+=(g++)
+command -v python3 >/dev/null || missing+=(python3)
+[[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
+[[ -x /usr/bin/prometheus-node-exporter ]] || missing+=(prometheus-node-exporter)
+[[ -f /usr/include/CLI/CLI.hpp ]] || missing+=(libcli11-dev)
+if ((${#missing[@]})); then
+  ((INSTALL)) || die "missing: ${missing[*]} (and --no-install given)"
+  [[ $(id -u) -eq 0 ]] || die "missing: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}"
+  step "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  info "all present (cmake, ninja, g++, python3, prometheus, prometheus-node-exporter, CLI11)"
+fi
+
+# ---- 2. build the plugin and the simulator only -------------------------------------------------
+step "building the plugin and the simulator in $BUILD"
+cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DNCCLINSP_BUILD_TESTS=OFF -DNCCLINSP_BUILD_BENCH=OFF -DNCCLINSP_BUILD_EXAMPLES=OFF \
+  -DNCCLINSP_BUILD_TOOLS=OFF >"$BUILD.configure.log" 2>&1 ||
+  { tail -n 30 "$BUILD.configure.log" >&2; die "cmake configure failed (full log: $BUILD.configure.log)"; }
+cmake --build "$BUILD" --target nccl-profiler-ncclinsp ncclinsp-sim ncclinsp-simcuda
+PLUGIN=$BUILD/lib/libnccl-profiler-ncclinsp.so
+SIM=$BUILD/bin/ncclinsp-sim
+[[ -f $PLUGIN && -x $SIM ]] || die "build did not produce $PLUGIN and $SIM"
+
+# ---- 3. stack --------------------------------------------------------------------------------
+step "starting Prometheus + $NODES node_exporters (1 s scrape) under $ROOT"
+mkdir -p "$ROOT"
+ROOT=$(cd "$ROOT" && pwd)
+if [[ -d $ROOT/pids ]]; then
+  info "a previous demo stack under $ROOT: stopping it"
+  "$REPO/scripts/stack.sh" stop --root "$ROOT" || true
+fi
+# Fresh job directories and TSDB (only what this script creates under ROOT).
+rm -rf "$ROOT"/node[0-9]* "$ROOT/prometheus-data" "$ROOT/summary.json" "$ROOT/sim.pid"
+nodes=$(seq -s, -f 'node%g' 0 $((NODES - 1)))
+STACK_STARTED=1
+URL=$("$REPO/scripts/stack.sh" start --nodes "$nodes" --root "$ROOT" --scrape 1s | tail -n 1)
+info "Prometheus at $URL (rules: prometheus/rules/ncclinsp.rules.yml)"
+
+# ---- 4. job + summary ----------------------------------------------------------------------------
+step "running the simulated job"
+args=(--prom "$URL" --root "$ROOT" --sim "$SIM" --plugin "$PLUGIN" --nodes "$NODES" --gpus "$GPUS")
+((QUICK)) && args+=(--quick)
+python3 "$REPO/scripts/demo.py" "${args[@]}"
+OK=1
+info "demo finished in $((SECONDS - T_START)) s"
