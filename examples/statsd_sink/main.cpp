@@ -1,0 +1,80 @@
+// StatsD sink example. `statsd_example HOST PORT` sends synthetic op metrics to a StatsD agent;
+// `statsd_example --self-test` binds a loopback UDP listener, points the sink at it and checks
+// what arrives (this is what ctest runs).
+#include <ncclinsp/inspector.hpp>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "statsd_sink.hpp"
+
+namespace {
+
+void record_some(ncclinsp::inspector& insp) {
+  const auto comm = insp.add_comm({.name = "dp", .hash = 3, .rank = 1, .nranks = 4, .nnodes = 1, .device = 0, .uuid = "GPU-0"});
+  for (int i = 0; i < 3; ++i) {
+    ncclinsp::op_record op = ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
+    op.alg = ncclinsp::algo::ring;
+    op.pro = ncclinsp::proto::simple;
+    insp.record(comm, op);
+  }
+  insp.record(comm, ncclinsp::make_op(ncclinsp::func::send, 1u << 20, ncclinsp::dtype::int8, 0, 50'000));
+}
+
+int self_test() {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    std::perror("udp listener");
+    return 2;
+  }
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  {
+    ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(example::statsd_sink({.port = port, .max_datagram = 512})),
+                              .interval = std::chrono::milliseconds(0)});
+    record_some(insp);
+    if (!insp.flush()) return 3;
+  }
+  std::string all;
+  int datagrams = 0;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 500) <= 0) break;
+    char buf[2048];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    if (n > 512) return 4;  // datagrams respect max_datagram
+    ++datagrams;
+    all.append(buf, static_cast<std::size_t>(n)).append("\n");
+  }
+  std::printf("%d datagram(s):\n%s", datagrams, all.c_str());
+  const bool ok = datagrams >= 2 &&
+                  all.find("nccl.ops:3|c|#comm_name:dp,rank:1,gpu:GPU0,node:") != std::string::npos &&
+                  all.find(",collective:AllReduce,message_size:4MiB-8MiB,algo_proto:RING_SIMPLE") != std::string::npos &&
+                  all.find("nccl.busy_ms:0.6|c") != std::string::npos && all.find("nccl.busbw_gbs:") != std::string::npos &&
+                  all.find("nccl.ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
+                  all.find("nccl.inflight:0|g|#comm_name:dp,rank:1") != std::string::npos;
+  std::puts(ok ? "statsd self-test ok" : "statsd self-test FAILED");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--self-test") == 0) return self_test();
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s HOST PORT | --self-test\n", argv[0]);
+    return 2;
+  }
+  ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(example::statsd_sink({.host = argv[1], .port = argv[2]})),
+                            .interval = std::chrono::seconds(1)});
+  record_some(insp);
+  return 0;  // the destructor sends the final window
+}
