@@ -52,7 +52,7 @@ struct pow2_bucketer {
 };
 
 /// NVIDIA Inspector's message_size buckets: divide by 1024 while >= 1024 (at most 4 times), floor,
-/// label "<f>-<f+1><unit>" with units B, KB, MB, GB, TB. Index = unit << 40 | floor.
+/// label "<f>-<f+1><unit>" with units B, KB, MB, GB, TB. Index = unit << 26 | floor (29 bits).
 struct inspector_bucketer {
   static constexpr std::uint32_t bucket_count = 5 * 1024;  // nominal; TB floors beyond 1023 exist
   static constexpr std::uint32_t index(std::uint64_t bytes) noexcept {
@@ -60,17 +60,17 @@ struct inspector_bucketer {
     std::uint32_t unit = w > 10 ? static_cast<std::uint32_t>((w - 1) / 10) : 0;
     if (unit > 4) unit = 4;
     std::uint64_t fl = bytes >> (10 * unit);
-    // TB floors can reach 2^24; keep the index in 32 bits: unit (3 bits) | floor (29 bits).
-    if (fl > 0x1FFFFFFFu) fl = 0x1FFFFFFFu;
-    return unit << 29 | static_cast<std::uint32_t>(fl);
+    // TB floors reach 2^24 at most: unit (3 bits) | floor (26 bits) fits the collector's key.
+    if (fl > 0x3FFFFFFu) fl = 0x3FFFFFFu;
+    return unit << 26 | static_cast<std::uint32_t>(fl);
   }
   static constexpr std::uint64_t lower_bound(std::uint32_t idx) noexcept {
-    return static_cast<std::uint64_t>(idx & 0x1FFFFFFFu) << (10 * (idx >> 29));
+    return static_cast<std::uint64_t>(idx & 0x3FFFFFFu) << (10 * (idx >> 26));
   }
   static std::string label(std::uint32_t idx) {
     static constexpr const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-    const std::uint64_t fl = idx & 0x1FFFFFFFu;
-    return std::to_string(fl) + "-" + std::to_string(fl + 1) + units[idx >> 29];
+    const std::uint64_t fl = idx & 0x3FFFFFFu;
+    return std::to_string(fl) + "-" + std::to_string(fl + 1) + units[(idx >> 26) & 7u];
   }
 };
 

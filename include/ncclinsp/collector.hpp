@@ -6,7 +6,9 @@
 /// after a thread's first call (its shard is allocated then), and each thread writes only its own
 /// shard's cache lines. Per-communicator completion counters live on their own cache line, written
 /// by the thread that completes that communicator's ops (NCCL's proxy/profiler thread).
-/// Cold path (add_comm, retire_comm): thread-safe, takes a mutex.
+/// Cold path (add_comm, retire_comm): thread-safe, takes a mutex. A retired communicator is
+/// exported once more, then its slot and its cells are reused (cells lazily, by the thread that
+/// owns them), so creating and destroying communicators keeps memory bounded.
 /// take_snapshot(): one consumer thread at a time (the exporter).
 
 #include <atomic>
@@ -52,7 +54,9 @@ class collector {
   /// or 0 when none. Called on the exporter thread while the communicator is live.
   using inflight_probe = std::function<std::uint64_t()>;
 
-  explicit collector(collector_options opts = {}) : opts_(std::move(opts)), comms_(new comm_slot[Traits::max_comms]) {}
+  explicit collector(collector_options opts = {}) : opts_(std::move(opts)), comms_(new comm_slot[Traits::max_comms]) {
+    free_comms_.reserve(Traits::max_comms);
+  }
   ~collector() {
     for (auto& s : shards_) delete s.load(std::memory_order_acquire);
   }
@@ -62,20 +66,29 @@ class collector {
   /// Registers a communicator (cold). Returns invalid_comm when the table is full (counted).
   comm_handle add_comm(comm_desc desc, inflight_probe probe = {}) noexcept {
     std::lock_guard lk(mu_);
-    if (n_comms_ >= Traits::max_comms) {
+    comm_handle h = invalid_comm;
+    if (!free_comms_.empty()) {  // oldest freed first: stale cells of a slot get time to be reclaimed
+      h = free_comms_.front();
+      free_comms_.erase(free_comms_.begin());
+    } else if (n_comms_ < Traits::max_comms) {
+      h = n_comms_++;
+    } else {
       comm_table_full_.fetch_add(1, std::memory_order_relaxed);
       return invalid_comm;
     }
-    comm_slot& c = comms_[n_comms_];
+    comm_slot& c = comms_[h];
     try {
       c.desc = std::move(desc);
       c.probe = std::move(probe);
     } catch (...) {
+      free_comms_.push_back(h);  // capacity reserved in the constructor: never reallocates
       comm_table_full_.fetch_add(1, std::memory_order_relaxed);
       return invalid_comm;
     }
-    c.state.store(comm_live, std::memory_order_release);
-    return n_comms_++;
+    c.reset_counters();
+    const std::uint32_t gen = (c.state_gen.load(std::memory_order_relaxed) >> 8) + 1;
+    c.state_gen.store(comm_live | (gen & 15u) << 8, std::memory_order_release);
+    return h;
   }
 
   /// Marks a communicator finalized (cold): it appears once more, flagged retired, then no more.
@@ -86,7 +99,8 @@ class collector {
     comm_slot& c = comms_[h];
     c.abandoned.fetch_add(abandoned, std::memory_order_relaxed);
     c.probe = nullptr;
-    c.state.store(comm_retired, std::memory_order_release);
+    if ((c.state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_live)
+      c.state_gen.store(comm_retired | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
   }
 
   /// Hot: an op of `h` was handed to the GPU (in-flight accounting).
@@ -135,7 +149,8 @@ class collector {
     const std::uint64_t dur = op.duration_ns();
     const bool valid = op.bytes_valid && op.bytes > 0 && dur > 0 && op.fn != func::unknown;
     const std::uint32_t tag = opts_.user_tag_label ? tag_index(op.user_tag) : 0;
-    const std::uint64_t key = make_key(h, op, valid ? inspector_bucketer::index(op.bytes) : 0, tag);
+    const std::uint32_t gen = c.state_gen.load(std::memory_order_relaxed) >> 8;
+    const std::uint64_t key = make_key(h, gen, op, valid ? inspector_bucketer::index(op.bytes) : 0, tag);
     cell* cl = find_cell(*s, key, exclusive);
     if (!cl) NCCLINSP_UNLIKELY {
       bump(s->table_full, 1, exclusive);
@@ -163,6 +178,7 @@ class collector {
   /// Cold: builds a snapshot. Call from one thread at a time (the exporter).
   snapshot take_snapshot(bool final = false) {
     snapshot snap;
+    std::vector<std::uint32_t> gone_now;
     snap.final = final;
     snap.time_unix_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -172,12 +188,15 @@ class collector {
 
     // Communicators: a retired one is exported once more (its final values), then skipped.
     std::vector<std::uint32_t> comm_index(Traits::max_comms, ~0u);
+    std::vector<std::uint8_t> comm_gen(Traits::max_comms, 0);
     {
       std::lock_guard lk(mu_);
       for (std::uint32_t i = 0; i < n_comms_; ++i) {
         comm_slot& c = comms_[i];
-        const int st = c.state.load(std::memory_order_acquire);
+        const std::uint32_t sg = c.state_gen.load(std::memory_order_acquire);
+        const std::uint32_t st = sg & 0xFF;
         if (st != comm_live && st != comm_retired) continue;
+        comm_gen[i] = static_cast<std::uint8_t>((sg >> 8) & 15u);
         comm_snapshot cs;
         cs.desc = c.desc;
         cs.retired = st == comm_retired;
@@ -200,7 +219,10 @@ class collector {
         for (std::size_t r = 0; r < cs.dropped.size(); ++r) cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
         cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
         cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
-        if (cs.retired) c.state.store(comm_gone, std::memory_order_relaxed);
+        if (cs.retired) {
+          c.state_gen.store(comm_gone | (sg & ~0xFFu), std::memory_order_release);
+          gone_now.push_back(i);
+        }
         comm_index[i] = static_cast<std::uint32_t>(snap.comms.size());
         snap.comms.push_back(std::move(cs));
       }
@@ -229,7 +251,7 @@ class collector {
     }
     for (auto& [key, t] : totals) {
       const std::uint32_t h = key_comm(key);
-      if (h >= Traits::max_comms || comm_index[h] == ~0u) continue;
+      if (h >= Traits::max_comms || comm_index[h] == ~0u || key_gen(key) != comm_gen[h]) continue;
       cell_snapshot cs;
       decode_key(key, cs);
       cs.comm = comm_index[h];
@@ -238,6 +260,17 @@ class collector {
       cs.window = diff(t, prev);
       prev = t;
       snap.cells.push_back(cs);
+    }
+    // Exported for the last time: forget their window state and free their slots for reuse.
+    if (!gone_now.empty()) {
+      for (auto it = prev_.begin(); it != prev_.end();) {
+        const std::uint32_t h = key_comm(it->first);
+        bool gone = false;
+        for (auto g : gone_now) gone = gone || g == h;
+        it = gone ? prev_.erase(it) : std::next(it);
+      }
+      std::lock_guard lk(mu_);
+      for (auto g : gone_now) free_comms_.push_back(g);
     }
     for (std::uint32_t i = 0; i < Traits::max_user_tags; ++i) {
       const std::uint64_t v = tags_[i].load(std::memory_order_acquire);
@@ -256,7 +289,7 @@ class collector {
   }
 
  private:
-  static constexpr int comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
+  static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
 
   struct alignas(detail::cache_line) cell {
     std::atomic<std::uint64_t> key{0};
@@ -288,28 +321,47 @@ class collector {
     std::array<std::atomic<std::uint64_t>, func_count> last_seq_plus1{};
     alignas(detail::cache_line) std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(drop_reason::count_)> dropped{};
     std::atomic<std::uint64_t> abandoned{0};
-    std::atomic<int> state{comm_free};
+    std::atomic<std::uint32_t> state_gen{comm_free};  // state (8 bits) | generation (4 bits) << 8
     comm_desc desc;
     inflight_probe probe;
     std::uint64_t seen_completed = 0;      // exporter only
     std::uint64_t last_change_steady = 0;  // exporter only
+
+    void reset_counters() noexcept {  // slot reuse (cold, under the collector mutex)
+      started.store(0, std::memory_order_relaxed);
+      filtered_min_size.store(0, std::memory_order_relaxed);
+      completed.store(0, std::memory_order_relaxed);
+      filtered_no_gpu.store(0, std::memory_order_relaxed);
+      for (auto& v : last_seq_plus1) v.store(0, std::memory_order_relaxed);
+      for (auto& v : dropped) v.store(0, std::memory_order_relaxed);
+      abandoned.store(0, std::memory_order_relaxed);
+      seen_completed = 0;
+      last_change_steady = 0;
+    }
   };
 
-  // key: 1 (valid) | tag 5 | comm 12 | func 4 | algo 4 | proto 3 | timing 2 | size 32
-  static constexpr std::uint64_t make_key(comm_handle h, const op_record& op, std::uint32_t size_idx, std::uint32_t tag) noexcept {
-    return (std::uint64_t{1} << 63) | (std::uint64_t{tag & 31u} << 58) | (std::uint64_t{h & 0xFFFu} << 46) |
-           (std::uint64_t{static_cast<std::uint8_t>(op.fn) & 15u} << 42) | (std::uint64_t{static_cast<std::uint8_t>(op.alg) & 15u} << 38) |
-           (std::uint64_t{static_cast<std::uint8_t>(op.pro) & 7u} << 35) | (std::uint64_t{static_cast<std::uint8_t>(op.timing) & 3u} << 33) |
-           size_idx;
+  // key: 1 (valid) | tag 5 | comm 12 | comm generation 4 | func 4 | algo 4 | proto 3 | timing 2 | size 29
+  static constexpr std::uint64_t make_key(comm_handle h, std::uint32_t gen, const op_record& op, std::uint32_t size_idx,
+                                          std::uint32_t tag) noexcept {
+    return (std::uint64_t{1} << 63) | (std::uint64_t{tag & 31u} << 58) | (std::uint64_t{h & 0xFFFu} << 46) | (std::uint64_t{gen & 15u} << 42) |
+           (std::uint64_t{static_cast<std::uint8_t>(op.fn) & 15u} << 38) | (std::uint64_t{static_cast<std::uint8_t>(op.alg) & 15u} << 34) |
+           (std::uint64_t{static_cast<std::uint8_t>(op.pro) & 7u} << 31) | (std::uint64_t{static_cast<std::uint8_t>(op.timing) & 3u} << 29) |
+           (size_idx & 0x1FFFFFFFu);
   }
   static constexpr std::uint32_t key_comm(std::uint64_t k) noexcept { return static_cast<std::uint32_t>((k >> 46) & 0xFFF); }
+  static constexpr std::uint32_t key_gen(std::uint64_t k) noexcept { return static_cast<std::uint32_t>((k >> 42) & 15); }
   static void decode_key(std::uint64_t k, cell_snapshot& c) noexcept {
     c.tag_index = static_cast<std::uint32_t>((k >> 58) & 31);
-    c.fn = static_cast<func>((k >> 42) & 15);
-    c.alg = static_cast<algo>((k >> 38) & 15);
-    c.pro = static_cast<proto>((k >> 35) & 7);
-    c.timing = static_cast<timing_source>((k >> 33) & 3);
-    c.size_index = static_cast<std::uint32_t>(k & 0xFFFFFFFFu);
+    c.fn = static_cast<func>((k >> 38) & 15);
+    c.alg = static_cast<algo>((k >> 34) & 15);
+    c.pro = static_cast<proto>((k >> 31) & 7);
+    c.timing = static_cast<timing_source>((k >> 29) & 3);
+    c.size_index = static_cast<std::uint32_t>(k & 0x1FFFFFFFu);
+  }
+  /// A cell whose communicator slot was freed or reused (its key's generation is not current).
+  bool stale(std::uint64_t k) const noexcept {
+    const std::uint32_t sg = comms_[key_comm(k)].state_gen.load(std::memory_order_relaxed);
+    return (sg & 0xFF) == comm_gone || (sg & 0xFF) == comm_free || ((sg >> 8) & 15u) != key_gen(k);
   }
   static_assert(Traits::max_comms <= 4096, "comm handles use 12 key bits");
   static_assert(Traits::max_user_tags <= 30, "tags use 5 key bits; 31 is \"other\"");
@@ -348,19 +400,35 @@ class collector {
     return expected;
   }
 
-  static cell* find_cell(shard& s, std::uint64_t key, bool exclusive) noexcept {
+  cell* find_cell(shard& s, std::uint64_t key, bool exclusive) noexcept {
     constexpr std::uint32_t mask = Traits::cells_per_shard - 1;
     std::uint32_t i = static_cast<std::uint32_t>((key * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+    cell* reusable = nullptr;
     for (std::uint32_t probe = 0; probe < Traits::cells_per_shard; ++probe, i = (i + 1) & mask) {
       cell& c = s.cells[i];
       std::uint64_t k = c.key.load(std::memory_order_relaxed);
       if (k == key) NCCLINSP_LIKELY return &c;
-      if (k != 0) continue;
+      if (k != 0) {
+        // Only the owner rewrites its cells; a stale one (finalized communicator) is reclaimed
+        // if the key is not found further on.
+        if (exclusive && !reusable && stale(k)) reusable = &c;
+        continue;
+      }
+      if (reusable) break;
       if (exclusive) {
         c.key.store(key, std::memory_order_release);  // publish: the exporter reads keys with acquire
         return &c;
       }
       if (c.key.compare_exchange_strong(k, key, std::memory_order_acq_rel) || k == key) return &c;
+    }
+    if (reusable) NCCLINSP_UNLIKELY {
+      reusable->key.store(0, std::memory_order_release);  // the exporter skips it while it is rewritten
+      for (auto* a : {&reusable->ops, &reusable->invalid, &reusable->bytes, &reusable->busy_ns, &reusable->bw_count}) a->store(0, std::memory_order_relaxed);
+      reusable->bus_bytes.store(0, std::memory_order_relaxed);
+      reusable->log_busbw_sum.store(0, std::memory_order_relaxed);
+      for (auto& h : reusable->hist) h.store(0, std::memory_order_relaxed);
+      reusable->key.store(key, std::memory_order_release);
+      return reusable;
     }
     return nullptr;
   }
@@ -417,7 +485,8 @@ class collector {
 
   collector_options opts_;
   std::unique_ptr<comm_slot[]> comms_;
-  std::uint32_t n_comms_ = 0;  // guarded by mu_
+  std::uint32_t n_comms_ = 0;             // guarded by mu_
+  std::vector<comm_handle> free_comms_;   // guarded by mu_: slots exported for the last time
   std::mutex mu_;
   std::array<std::atomic<shard*>, Traits::max_shards> shards_{};
   std::array<std::atomic<std::uint64_t>, Traits::max_user_tags> tags_{};

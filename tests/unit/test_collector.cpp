@@ -221,3 +221,27 @@ TEST_CASE("the comm table is bounded and overflow is counted", "[collector]") {
   col.record(h, make_op(func::all_reduce, 1 << 20, 1000));  // ignored, counted
   CHECK(col.take_snapshot().comm_table_full == 2);
 }
+
+struct small_traits : default_traits {
+  static constexpr std::uint32_t max_comms = 3;
+  static constexpr std::uint32_t cells_per_shard = 8;
+};
+
+TEST_CASE("finalized communicators free their slot and their cells", "[collector]") {
+  // 3 comm slots and 8 cells per shard, 200 communicator lifetimes with 2 cells each.
+  collector<small_traits> col;
+  for (int life = 0; life < 200; ++life) {
+    const auto h = col.add_comm(desc("life"));
+    REQUIRE(h != invalid_comm);
+    col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
+    col.record(h, make_op(func::all_gather, 1 << 20, 1000));
+    col.retire_comm(h, 0);
+    const auto s = col.take_snapshot();
+    REQUIRE(s.comms.size() == 1);
+    CHECK(s.comms[0].completed == 2);  // counters start from zero on a reused slot
+    CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::table_full)] == 0);
+    REQUIRE(s.cells.size() == 2);
+    for (const auto& c : s.cells) CHECK(c.total.ops == 1);
+  }
+  CHECK(col.take_snapshot().comm_table_full == 0);
+}
