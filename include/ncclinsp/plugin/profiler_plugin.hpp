@@ -266,7 +266,7 @@ class plugin_state {
     op_slot& s = cs->slots[k.slot];
     if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
-    if (t) atomic_max(s.gpu_hi, t);
+    if (t) relaxed_max(s.gpu_hi, t);
     else s.gpu_missing.store(true, std::memory_order_relaxed);
     return abi::success;
   }
@@ -356,15 +356,16 @@ class plugin_state {
     return cs && (cs->gen & 0x3FFFFF) == k.gen ? cs : nullptr;
   }
 
-  static void atomic_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    std::uint64_t cur = a.load(std::memory_order_relaxed);
-    while ((cur == 0 || v < cur) && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
+  // Channel timestamps of one op are delivered by one thread (NCCL's proxy thread, or the
+  // communicator's profiler thread since 2.31), so min/max are plain load+store: no locked
+  // instruction per channel. Were two threads ever to race here, the span could only come out
+  // slightly short; completion itself is an exact atomic count (ch_stopped).
+  static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    const std::uint64_t cur = a.load(std::memory_order_relaxed);
+    if (cur == 0 || v < cur) a.store(v, std::memory_order_relaxed);
   }
-  static void atomic_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    std::uint64_t cur = a.load(std::memory_order_relaxed);
-    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-    }
+  static void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
   }
 
   /// Takes a slot and fills the common fields; returns the slot index or UINT32_MAX.
@@ -466,10 +467,10 @@ class plugin_state {
     op_slot& s = cs->slots[k.slot];
     if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
     if (gpu_start)
-      atomic_min(s.gpu_lo, gpu_start);
+      relaxed_min(s.gpu_lo, gpu_start);
     else {
       s.gpu_missing.store(true, std::memory_order_relaxed);
-      atomic_min(s.cpu_lo, precise_ns());
+      relaxed_min(s.cpu_lo, precise_ns());
     }
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
     return abi::success;
@@ -480,7 +481,7 @@ class plugin_state {
     if (!cs || k.slot >= cs->pool_size) return abi::success;
     op_slot& s = cs->slots[k.slot];
     if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
-    if (s.gpu_missing.load(std::memory_order_relaxed)) atomic_max(s.cpu_hi, precise_ns());
+    if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
     const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (stopped == s.expected_ch) {
       complete(*cs, k.slot, s, false);
