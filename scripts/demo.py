@@ -7,7 +7,9 @@ design.md's two scenarios against a running Prometheus and prints what Prometheu
 Timeline (simulated seconds = wall seconds, --speed 1):
     default (7 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
                       scenario 2: --slow-host 1:25@260-380 | healthy 380-420
-    --quick (~2.8 min): healthy 0-40 | net 50@40-100 | healthy 100-115 | slow 1:25@115-160 | 160-170
+    --quick (~3.2 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-167 | 167-190
+(The degradation alert compares with the job's own median of the previous 10 min, offset 1 min:
+it cannot fire before ~90 s into a job, hence the 100 s end of scenario 1 in --quick.)
 The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
 20 s rate windows (every phase is longer than that), the alert timeline comes from Prometheus's
 own ALERTS series. stdlib only; the HTTP client is tests/pipeline/promapi.py.
@@ -34,7 +36,7 @@ def say(msg):
 
 def schedule(quick):
     if quick:
-        return dict(duration=170, net=(40, 100, 50), slow=(1, 115, 160, 25))
+        return dict(duration=190, net=(40, 100, 50), slow=(1, 122, 167, 25))
     return dict(duration=420, net=(90, 210, 50), slow=(1, 260, 380, 25))
 
 
