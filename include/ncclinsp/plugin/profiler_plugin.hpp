@@ -83,6 +83,7 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint64_t> enqueued_at{0};  // coarse CPU ns, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
+  std::atomic<bool> enq_stopped{false};       // the op's own stopEvent was seen (a second one is ignored)
   std::uint32_t expected_ch = 0;
   bool is_ce = false;
   op_record rec;
@@ -252,6 +253,7 @@ class plugin_state {
     if (!cs || k.slot >= cs->pool_size) return abi::success;
     op_slot& s = cs->slots[k.slot];
     if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;  // stale or already released
+    if (s.enq_stopped.exchange(true, std::memory_order_acq_rel)) return abi::success;      // stopped twice: one reference only
     if (s.is_ce || s.expected_ch == 0) complete(*cs, k.slot, s, /*enqueue_only=*/true);
     drop_ref(*cs, k.slot, s);
     return abi::success;
@@ -393,6 +395,7 @@ class plugin_state {
     s.cpu_lo.store(0, std::memory_order_relaxed);
     s.cpu_hi.store(0, std::memory_order_relaxed);
     s.gpu_missing.store(false, std::memory_order_relaxed);
+    s.enq_stopped.store(false, std::memory_order_relaxed);
     s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
     s.enqueued_at.store(coarse_ns(), std::memory_order_release);
     col_->note_started(cs.handle);

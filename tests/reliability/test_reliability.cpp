@@ -1,0 +1,720 @@
+// Reliability: hostile input through the loaded plugin (names, environment, dump directory, disk
+// full, bad handles, teardown), no torn files under concurrent readers, and no silent loss in JSON
+// mode. The plugin keeps process-wide state configured from the environment at its first init, so
+// every plugin scenario runs in a forked child (which dlopens the plugin); the parent checks the
+// files. Under ASan each child runs LeakSanitizer itself before _exit (atexit checks are skipped).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl_driver.hpp"
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/exporter.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+
+extern "C" int __lsan_do_recoverable_leak_check() __attribute__((weak));
+
+namespace sim = ncclinsp::sim;
+namespace abi = ncclinsp::abi;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t t0 = 1'800'000'000'000'000'000ull;
+
+std::string fresh_dir() {
+  char t[] = "/tmp/ncclinsp_rel_XXXXXX";
+  return ::mkdtemp(t);
+}
+
+std::vector<std::string> files_in(const std::string& dir, const std::string& suffix = "") {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n == "." || n == "..") continue;
+      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(dir + "/" + n);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+double sample(const std::string& text, const std::string& family, std::initializer_list<std::string> needles) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(family + "{", 0) != 0) continue;
+    bool ok = true;
+    for (const auto& n : needles) ok = ok && line.find(n) != std::string::npos;
+    if (ok) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nan("");
+}
+
+std::string run_cmd(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  return out;
+}
+
+/// promtool's findings, less the two known unit lints on Inspector's `*_microseconds` names.
+/// Empty when promtool is not installed.
+std::string promtool_findings(const std::string& file) {
+  if (std::string(NCCLINSP_PROMTOOL).empty()) return {};
+  return run_cmd(std::string(NCCLINSP_PROMTOOL) + " check metrics < '" + file + "' 2>&1 | grep -v microseconds");
+}
+
+/// "ok" if every line of `file` parses as JSON (strict UTF-8), else python's error.
+std::string json_lines_check(const std::string& file) {
+  const std::string py =
+      "import json,sys\n"
+      "n=0\n"
+      "with open(sys.argv[1],'rb') as f:\n"
+      "  data=f.read()\n"
+      "assert data.endswith(b'\\n'), 'no final newline'\n"
+      "for l in data.decode('utf-8').splitlines():\n"
+      "  json.loads(l); n+=1\n"
+      "print('ok', n)\n";
+  std::ofstream("/tmp/ncclinsp_rel_json_check.py") << py;
+  const std::string out = run_cmd("python3 /tmp/ncclinsp_rel_json_check.py '" + file + "' 2>&1");
+  return out.rfind("ok", 0) == 0 ? "ok" : out;
+}
+
+/// Runs `body` in a forked child with `env` set; returns its exit code (or -signal). 97: leaks.
+int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 98;
+    }
+    if (rc == 0 && __lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() != 0) rc = 97;
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+void set_device(int ordinal) {
+  static void* lib = ::dlopen(NCCLINSP_SIMCUDA_LIB, RTLD_NOW | RTLD_GLOBAL);
+  using fn_t = void (*)(int, const unsigned char*);
+  static auto fn = reinterpret_cast<fn_t>(::dlsym(lib, "ncclinsp_simcuda_set_device"));
+  unsigned char uuid[16];
+  for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(0x10 * (ordinal + 1) + i);
+  fn(ordinal, uuid);
+}
+
+std::string uuid_of(int ordinal) {
+  char b[64];
+  const int o = 0x10 * (ordinal + 1);
+  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
+                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
+  return b;
+}
+
+std::map<std::string, std::string> base_env(const std::string& dir, const char* sinks = "prom") {
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},  {"NCCLINSP_SINKS", sinks},         {"NCCL_INSPECTOR_DUMP_DIR", dir},
+          {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}, {"NCCLINSP_NODE_NAME", "nodeR"}, {"SLURM_JOB_ID", "5"}};
+}
+
+// Log lines the plugin sent through NCCL's logger (child process only).
+std::mutex g_log_mu;
+std::vector<std::pair<int, std::string>> g_log;
+void capture_logger(abi::log_level level, unsigned long, const char*, int, const char* fmt, ...) {
+  char buf[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::lock_guard lk(g_log_mu);
+  g_log.emplace_back(int(level), buf);
+}
+int warnings_containing(const std::string& needle) {
+  std::lock_guard lk(g_log_mu);
+  return static_cast<int>(std::count_if(g_log.begin(), g_log.end(),
+                                        [&](const auto& l) { return l.first == abi::log_warn && l.second.find(needle) != std::string::npos; }));
+}
+int warnings() { return warnings_containing(""); }
+
+/// One AllReduce of 4 MiB completed on 2 channels.
+void one_op(sim::comm_driver& c, std::uint64_t at = t0) {
+  const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+  c.complete(p, at, at + 100'000);
+}
+
+bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+/// A .prom file: complete (ends with newline), every line a comment or `name{labels} value`.
+bool prom_well_formed(const std::string& text, std::set<std::string>* families = nullptr) {
+  if (text.empty() || text.back() != '\n') return false;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    if (line.empty()) return false;
+    if (line[0] == '#') {
+      if (line.rfind("# HELP ", 0) != 0 && line.rfind("# TYPE ", 0) != 0) return false;
+      if (families && line.rfind("# TYPE ", 0) == 0) families->insert(std::string(line.substr(7, line.find(' ', 7) - 7)));
+      continue;
+    }
+    const std::size_t sp = line.rfind(' ');
+    if (sp == std::string_view::npos || sp + 1 >= line.size()) return false;
+    const std::string value(line.substr(sp + 1));
+    char* end = nullptr;
+    std::strtod(value.c_str(), &end);
+    if (*end && value != "+Inf" && value != "-Inf" && value != "NaN") return false;
+    const std::string_view series = line.substr(0, sp);
+    if (series.find('{') != std::string_view::npos && series.back() != '}') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- 3. hostile input --------------------------------------------------------------------------------
+
+TEST_CASE("hostile communicator names and strings: valid exposition and valid JSON", "[reliability][hostile]") {
+  const std::string dir = fresh_dir();
+  REQUIRE(in_child(base_env(dir, "prom,json"), [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            const std::string names[] = {
+                "q\"uote", "back\\slash\\", "new\nline\r\n", "bad\xff\xfe utf8 \xc3\x28 \xe2\x82 \xed\xa0\x80", std::string(10240, 'n'),
+                std::string("mix\"\\\n\xff") + std::string(10000, '\xc3'), "{}=,# \t\x01\x7f", "%s%n%x"};
+            std::uint64_t h = 1;
+            std::vector<std::unique_ptr<sim::comm_driver>> comms;  // all live at the final export
+            for (const auto& n : names) {
+              auto& c = *comms.emplace_back(std::make_unique<sim::comm_driver>(lib, sim::comm_config{.comm_hash = h++, .name = n, .n_ranks = 2}));
+              if (c.init_result() != abi::success) return 1;
+              one_op(c);
+              // Strings NCCL would never pass (it passes static names), through the same plugin.
+              auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20,
+                                              .algo = "\"\\\n\xff", .proto = "x\xc3", .n_channels = 1});
+              c.complete(p, t0, t0 + 5000);
+            }
+            return 0;
+          }) == 0);
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 1);
+  const std::string text = slurp(proms[0]);
+  CHECK(prom_well_formed(text));
+  CHECK(text.find("comm_name=\"q\\\"uote\"") != std::string::npos);
+  CHECK(text.find("comm_name=\"new\\nline\r\\n\"") != std::string::npos);  // exposition escapes \\, \", \n only
+  CHECK(promtool_findings(proms[0]).empty());
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  CHECK(json_lines_check(logs[0]) == "ok");
+}
+
+TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning each, defaults used", "[reliability][hostile][env]") {
+  const std::string dir = fresh_dir();
+  // Every variable whose value is parsed (free-form strings such as the dump dir or node name
+  // accept anything; the dump dir has its own tests below).
+  const std::vector<std::pair<std::string, std::string>> garbage = {
+      {"NCCLINSP_ENABLE", "perhaps"},
+      {"NCCL_INSPECTOR_ENABLE_P2P", "\xff\xfe"},
+      {"NCCL_INSPECTOR_DUMP_THREAD_ENABLE", "yes please"},
+      {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "1e9999"},
+      {"NCCLINSP_INTERVAL", "5 parsecs"},
+      {"NCCL_INSPECTOR_DUMP_VERBOSE", "2x"},
+      {"NCCL_INSPECTOR_PROM_DUMP", "\"1\""},
+      {"NCCL_INSPECTOR_PROM_DUMP_STATS", "-"},
+      {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "-1"},
+      {"NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", "99999999999999999999999"},
+      {"NCCL_INSPECTOR_DUMP_P2P_RING_SIZE", "0x"},
+      {"NCCL_INSPECTOR_COLL_POOL_SIZE", "3"},
+      {"NCCL_INSPECTOR_P2P_POOL_SIZE", "ten"},
+      {"NCCL_INSPECTOR_COMM_POOL_SIZE", " 256"},
+      {"NCCL_INSPECTOR_POOL_GROW", "maybe"},
+      {"NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING", "1\n"},
+      {"NCCL_INSPECTOR_OTEL_EXPORT", "on?"},
+      {"NCCL_INSPECTOR_OTEL_VERBOSE", "\\"},
+      {"NCCLINSP_SINKS", "prom,statsd"},
+      {"NCCLINSP_LABELS", "rank=7,bad label"},
+      {"NCCLINSP_USER_TAG_LABEL", "\t"},
+      {"NCCLINSP_PROM_KEEP_FILES", "keep"},
+      {"NCCLINSP_JSON_MAX_BYTES", std::string(5000, '9')},
+  };
+  auto env = base_env(dir);
+  env.erase("NCCLINSP_SINKS");
+  for (const auto& [k, v] : garbage) env[k] = v;
+  REQUIRE(in_child(env, [&garbage] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            void* ctx = nullptr;
+            int mask = 0;
+            if (lib.table<7>()->init(&ctx, 42, &mask, "env", 1, 2, 0, capture_logger) != abi::success || !ctx) return 1;
+            for (const auto& [k, v] : garbage)
+              if (warnings_containing(k + "=") != 1) {
+                std::fprintf(stderr, "%s: %d warnings\n", k.c_str(), warnings_containing(k + "="));
+                return 2;
+              }
+            if (warnings() != static_cast<int>(garbage.size())) return 3;
+            // Defaults: JSON sink, 8192-byte minimum, pools of 256, teardown-only export, enabled.
+            std::string banner;
+            for (const auto& [l, m] : g_log)
+              if (m.find("configuration") != std::string::npos) banner = m;
+            for (const char* want : {"sinks=json\n", "min_size_bytes=8192\n", "pools=coll=256,p2p=256\n", "interval=teardown only\n",
+                                     "require_kernel_timing=1\n", "labels=-\n"})
+              if (banner.find(want) == std::string::npos) {
+                std::fprintf(stderr, "banner lacks %s:\n%s\n", want, banner.c_str());
+                return 4;
+              }
+            sim::comm_driver c(lib, {.comm_hash = 43, .name = "env2", .n_ranks = 2});
+            one_op(c);
+            c.finalize();
+            lib.table<7>()->finalize(ctx);
+            return 0;
+          }) == 0);
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  CHECK(json_lines_check(logs[0]) == "ok");
+}
+
+TEST_CASE("garbage NCCL_INSPECTOR_ENABLE: one warning, disabled (the default), NCCL unaffected", "[reliability][hostile][env]") {
+  const std::string dir = fresh_dir();
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_ENABLE"] = "\xff";
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 5);
+            void* ctx = reinterpret_cast<void*>(1);
+            int mask = 0;
+            if (lib.table<5>()->init(&ctx, 1, &mask, "x", 1, 2, 0, capture_logger) != abi::success || ctx) return 1;
+            return warnings_containing("NCCL_INSPECTOR_ENABLE=") == 1 && warnings() == 1 ? 0 : 2;
+          }) == 0);
+  CHECK(files_in(dir).empty());
+}
+
+namespace {
+/// Drives a communicator while the dump directory is unusable, then makes it usable: the plugin
+/// warns (once), never crashes, keeps the metrics, and writes them once it can.
+int unusable_then_usable(const std::string& dir, const std::function<void()>& fix) {
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  set_device(1);
+  void* ctx = nullptr;
+  int mask = 0;
+  if (lib.table<7>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
+  sim::comm_driver c(lib, {.comm_hash = 8, .name = "dirtest", .n_ranks = 2});
+  for (int i = 0; i < 5; ++i) one_op(c, t0 + i * 1'000'000ull);
+  if (!wait_for([] { return sim::logger_warn_count().load() + warnings() >= 1; })) return 2;  // "cannot write ..."
+  ::usleep(350'000);  // a few more failing exports: still one warning per distinct error
+  if (sim::logger_warn_count().load() + warnings() != 1) return 3;
+  fix();
+  for (int i = 0; i < 2; ++i) one_op(c, t0 + 10'000'000ull);
+  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(1));
+  if (!wait_for([&] { return ::access(prom.c_str(), R_OK) == 0 && sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"dirtest\""}) == 7; })) {
+    std::fprintf(stderr, "%s: %s\n", prom.c_str(), slurp(prom).substr(0, 1500).c_str());
+    return 4;
+  }
+  c.finalize();
+  lib.table<7>()->finalize(ctx);
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("dump directory missing: created (with parents)", "[reliability][dumpdir]") {
+  const std::string dir = fresh_dir() + "/a/b/c";
+  auto env = base_env(dir);
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            sim::comm_driver c(lib, {.comm_hash = 1, .name = "mk", .n_ranks = 2});
+            one_op(c);
+            return 0;
+          }) == 0);
+  REQUIRE(files_in(dir, ".prom").size() == 1);
+  CHECK(sample(slurp(files_in(dir, ".prom")[0]), "ncclinsp_ops_total", {"comm_name=\"mk\""}) == 1);
+}
+
+TEST_CASE("dump directory is a regular file, or under one: a warning, metrics kept, written once possible", "[reliability][dumpdir]") {
+  for (const bool under : {false, true}) {
+    const std::string base = fresh_dir();
+    const std::string file = base + "/blocker";
+    std::ofstream(file) << "not a directory\n";
+    const std::string dir = under ? file + "/sub" : file;
+    auto env = base_env(dir);
+    env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+    INFO("dir " << dir);
+    CHECK(in_child(env, [&] {
+            return unusable_then_usable(dir, [&] {
+              ::unlink(file.c_str());
+              ::mkdir(file.c_str(), 0755);
+            });
+          }) == 0);
+    CHECK(files_in(under ? file : dir).size() >= 1);
+    for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
+  }
+}
+
+namespace {
+bool try_tmpfs(const std::string& dir, const char* opts) { return ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts) == 0; }
+}  // namespace
+
+TEST_CASE("dump directory read-only (tmpfs remount): a warning, no crash, written after", "[reliability][dumpdir]") {
+  const std::string dir = fresh_dir();
+  if (!try_tmpfs(dir, "size=256k,mode=0755")) {
+    WARN("mount not permitted here; skipped (the regular-file cases cover unwritable directories)");
+    return;
+  }
+  REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=256k") == 0);
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  CHECK(in_child(env, [&] { return unusable_then_usable(dir, [&] { ::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=256k"); }); }) == 0);
+  for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
+  ::umount2(dir.c_str(), MNT_DETACH);
+}
+
+namespace {
+/// Disk full while a good file exists: the old file stays complete, no temp file is visible, one
+/// warning; once space is back the next export writes the current values.
+int disk_full_scenario(const std::string& dir, const std::function<void()>& fill, const std::function<void()>& unfill) {
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  set_device(2);
+  void* ctx = nullptr;
+  int mask = 0;
+  if (lib.table<7>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
+  sim::comm_driver c(lib, {.comm_hash = 9, .name = "full", .n_ranks = 2});
+  one_op(c);
+  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(2));
+  if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"full\""}) == 1; })) return 2;
+  fill();
+  for (int i = 0; i < 200; ++i) {  // many new series: the next file is larger than what is left
+    sim::comm_driver more(lib, {.comm_hash = 1000u + i, .name = "more" + std::to_string(i), .n_ranks = 2});
+    one_op(more);
+    more.finalize();
+  }
+  if (!wait_for([] { return warnings_containing("cannot write") >= 1 || sim::logger_warn_count().load() >= 1; })) return 3;
+  for (int i = 0; i < 10; ++i) {
+    const std::string text = slurp(prom);
+    if (!prom_well_formed(text) || sample(text, "ncclinsp_ops_total", {"comm_name=\"full\""}) != 1) return 4;
+    for (const auto& f : files_in(dir))
+      if (f.find(".tmp.") != std::string::npos) return 5;
+    ::usleep(50'000);
+  }
+  unfill();
+  one_op(c, t0 + 50'000'000ull);
+  if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"full\""}) == 2; })) return 6;
+  if (!prom_well_formed(slurp(prom))) return 7;
+  c.finalize();
+  lib.table<7>()->finalize(ctx);
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("disk full (RLIMIT_FSIZE): no partial file visible, a warning, retried later", "[reliability][diskfull]") {
+  const std::string dir = fresh_dir();
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  CHECK(in_child(env, [&] {
+          rlimit old{};
+          ::getrlimit(RLIMIT_FSIZE, &old);
+          return disk_full_scenario(
+              dir,
+              [&] {
+                rlimit r = old;
+                r.rlim_cur = 4096;
+                ::setrlimit(RLIMIT_FSIZE, &r);
+              },
+              [&] { ::setrlimit(RLIMIT_FSIZE, &old); });
+        }) == 0);
+  for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried later", "[reliability][diskfull]") {
+  const std::string dir = fresh_dir();
+  if (!try_tmpfs(dir, "size=64k")) {
+    WARN("mount not permitted here; skipped (the RLIMIT_FSIZE case covers a full disk)");
+    return;
+  }
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  const std::string filler = dir + "/filler";
+  CHECK(in_child(env, [&] {
+          return disk_full_scenario(
+              dir,
+              [&] {
+                const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT, 0644);
+                const std::string chunk(512, 'f');
+                while (::write(fd, chunk.data(), chunk.size()) > 0) {
+                }
+                ::close(fd);
+              },
+              [&] { ::unlink(filler.c_str()); });
+        }) == 0);
+  for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
+  ::umount2(dir.c_str(), MNT_DETACH);
+}
+
+TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before completion; events after finalize; finalize twice",
+          "[reliability][hostile][handles]") {
+  const std::string dir = fresh_dir();
+  REQUIRE(in_child(base_env(dir), [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            auto t = lib.table<7>();
+            abi::state_args a{};
+            for (void* h : {static_cast<void*>(nullptr), reinterpret_cast<void*>(0x1), reinterpret_cast<void*>(~std::uintptr_t{0}),
+                            reinterpret_cast<void*>(std::uintptr_t{0x40000123456789abull}), reinterpret_cast<void*>(std::uintptr_t{0x80000000000001ffull})}) {
+              t->stopEvent(h);
+              t->recordEventState(h, abi::st_kernel_ch_stop, &a);
+              t->recordEventState(h, abi::st_kernel_ch_stop, nullptr);
+              t->recordEventState(h, static_cast<abi::event_state>(-1), nullptr);
+            }
+            sim::comm_driver keeper(lib, {.comm_hash = 10, .name = "keeper", .n_ranks = 2});  // one exporter throughout
+            sim::comm_driver c(lib, {.comm_hash = 11, .name = "h", .n_ranks = 2});
+            // Already stopped (NCCL stops a Coll at enqueue), stopped again before its kernel completes:
+            // the op must still complete once, not vanish.
+            const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+            t->stopEvent(p.task_handle);
+            t->stopEvent(p.task_handle);
+            c.complete(p, t0, t0 + 1000);
+            t->stopEvent(p.task_handle);  // after completion
+            // A channel handle stopped twice.
+            const auto q = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 1});
+            c.complete(q, t0, t0 + 1000);
+            void* ctx = c.context();
+            c.finalize();
+            // Events after finalize, with the dead context and the dead handles.
+            abi::descr_v7 d{};
+            d.type = abi::ev_coll;
+            d.coll.func = "AllReduce";
+            d.coll.datatype = "ncclFloat32";
+            d.coll.count = 1 << 20;
+            d.coll.nChannels = 1;
+            void* h = reinterpret_cast<void*>(0x77);
+            t->startEvent(ctx, &h, &d);
+            if (h) return 1;
+            d.type = abi::ev_kernel_ch;
+            d.parentObj = p.task_handle;
+            t->startEvent(ctx, &h, &d);
+            if (h) return 2;
+            t->stopEvent(p.task_handle);
+            t->recordEventState(p.task_handle, abi::st_kernel_ch_stop, &a);
+            t->finalize(ctx);  // finalize twice
+            t->finalize(ctx);
+            t->finalize(nullptr);
+            // A new communicator after all that still works.
+            sim::comm_driver c2(lib, {.comm_hash = 12, .name = "h2", .n_ranks = 2});
+            one_op(c2);
+            return 0;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  INFO(text.substr(0, 2000));
+  CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"h\""}) == 2);
+  CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"h\""}) == 0);
+  CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"h2\""}) == 1);
+}
+
+TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in the ASan build)", "[reliability][leak]") {
+  const std::string dir = fresh_dir();
+  REQUIRE(in_child(base_env(dir, "prom,json"), [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            for (int i = 0; i < 1000; ++i) {
+              sim::comm_driver c(lib, {.comm_hash = 100u + i, .name = "c" + std::to_string(i), .n_ranks = 2});
+              if (c.init_result() != abi::success) return 1;
+              one_op(c);
+              if (i % 3 == 0) {  // and some with an op still in flight at finalize
+                const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20});
+                c.start_only(p, t0);
+              }
+            }
+            return 0;  // in_child runs LSan here under ASan (97 = leaks)
+          }) == 0);
+  CHECK(files_in(dir, ".prom").size() == 1);
+}
+
+// ---- 4. atomic files under readers -------------------------------------------------------------------
+
+TEST_CASE("node_exporter-style readers never see a torn .prom file while it is rewritten", "[reliability][atomic]") {
+  const std::string dir = fresh_dir();
+  ncclinsp::collector<> col;
+  std::vector<ncclinsp::comm_handle> hs;
+  for (int i = 0; i < 3; ++i) hs.push_back(col.add_comm({.name = "r" + std::to_string(i), .hash = 77u + i, .nranks = 4, .uuid = "GPU-r"}));
+  std::vector<ncclinsp::any_sink> sinks;
+  sinks.emplace_back(ncclinsp::prom_textfile_sink({.dir = dir}));
+  ncclinsp::exporter ex(col, std::move(sinks), {.interval = 1ms});
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    std::uint64_t n = 0;
+    while (!stop.load()) {
+      ncclinsp::op_record op;
+      op.fn = n % 3 ? ncclinsp::func::all_reduce : ncclinsp::func::all_gather;
+      ncclinsp::set_size(op, std::uint64_t{1} << (10 + n % 6), ncclinsp::dtype::float32);
+      op.start_ns = 1;
+      op.end_ns = 1000 + n % 100000;
+      col.record(hs[n % hs.size()], op);
+      ++n;
+    }
+  });
+  REQUIRE(ex.start());
+  const std::string path = dir + "/" + ncclinsp::prom_file_name("GPU-r");
+  REQUIRE(wait_for([&] { return ::access(path.c_str(), R_OK) == 0; }));
+  std::this_thread::sleep_for(20ms);
+  std::set<std::string> want;
+  REQUIRE(prom_well_formed(slurp(path), &want));
+  REQUIRE(want.size() >= 10);
+  int reads = 0, bad = 0, distinct = 0;
+  std::string last;
+  char buf[1 << 16];
+  const auto until = std::chrono::steady_clock::now() + 60s;  // a slow (sanitized, loaded) machine gets time
+  while ((reads < 2000 || distinct < 50) && std::chrono::steady_clock::now() < until) {
+    // As node_exporter: open, read the whole file, close, parse every line.
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) {
+      ++bad;
+      continue;
+    }
+    std::string text;
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    std::set<std::string> fams;
+    if (!prom_well_formed(text, &fams) || fams != want) ++bad;
+    if (text != last) ++distinct;
+    last.swap(text);
+    ++reads;
+  }
+  stop = true;
+  producer.join();
+  ex.stop();
+  INFO(reads << " reads, " << distinct << " distinct versions");
+  CHECK(bad == 0);
+  CHECK(reads >= 2000);
+  CHECK(distinct >= 50);  // it really was rewritten underneath the readers
+  for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
+}
+
+// ---- 5. no silent loss -------------------------------------------------------------------------------
+
+namespace {
+struct json_tally {
+  std::map<std::string, std::uint64_t> records;  // per comm name
+  std::map<std::string, std::uint64_t> dropped;  // last dump_stats dropped_total per comm name
+  std::map<std::string, std::uint64_t> completed;
+  bool any_final = false;
+};
+/// The text after `"key":` up to the next `,`, `"` or `}` (numbers; strings without quotes).
+std::string json_field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const auto p = line.find(k);
+  if (p == std::string::npos) return {};
+  auto b = p + k.size();
+  if (b < line.size() && line[b] == '"') ++b;
+  return line.substr(b, line.find_first_of(",\"}", b) - b);
+}
+json_tally tally_json(const std::string& file) {
+  json_tally t;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string name = json_field(line, "comm_name");
+    if (name.empty()) continue;
+    if (line.find("\"dump_stats\"") != std::string::npos) {
+      t.dropped[name] = std::stoull(json_field(line, "dropped_total"));
+      t.completed[name] = std::stoull(json_field(line, "completed_total"));
+      t.any_final = t.any_final || line.find("\"final\":true") != std::string::npos;
+    } else if (line.find("_perf\"") != std::string::npos) {
+      ++t.records[name];
+    }
+  }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring under load and at teardown", "[reliability][loss]") {
+  for (const char* ring : {"8", "1024"}) {
+    const std::string dir = fresh_dir();
+    auto env = base_env(dir, "json");
+    env["NCCL_INSPECTOR_DUMP_COLL_RING_SIZE"] = ring;
+    env["NCCL_INSPECTOR_DUMP_P2P_RING_SIZE"] = ring;
+    env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+    constexpr int n_threads = 4, per_thread = 3000;
+    INFO("ring " << ring);
+    REQUIRE(in_child(env, [] {
+              sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+              set_device(0);
+              std::vector<std::thread> ts;
+              for (int k = 0; k < n_threads; ++k)
+                ts.emplace_back([&lib, k] {
+                  sim::comm_driver c(lib, {.comm_hash = 500u + k, .name = "loss" + std::to_string(k), .n_ranks = 2});
+                  for (int i = 0; i < per_thread; ++i) {
+                    one_op(c, t0 + i * 1000ull);
+                    if (i % 1000 == 999) ::usleep(120'000);  // some exports in between
+                  }
+                  c.finalize();  // the rest at teardown
+                });
+              for (auto& t : ts) t.join();
+              // Teardown returned within its bound; the final export may still be running in the
+              // background (detached): the process lives on, so it lands.
+              const std::string dir = std::getenv("NCCL_INSPECTOR_DUMP_DIR");
+              wait_for([&] {
+                const auto logs = files_in(dir, ".log");
+                return !logs.empty() && slurp(logs[0]).find("\"final\":true") != std::string::npos;
+              }, 20s);
+              ::usleep(100'000);
+              return 0;
+            }) == 0);
+    const auto logs = files_in(dir, ".log");
+    REQUIRE(logs.size() == 1);
+    REQUIRE(json_lines_check(logs[0]) == "ok");
+    const auto t = tally_json(logs[0]);
+    CHECK(t.any_final);
+    for (int k = 0; k < n_threads; ++k) {
+      const std::string name = "loss" + std::to_string(k);
+      INFO(name << ": records " << t.records.at(name) << " dropped " << t.dropped.at(name));
+      CHECK(t.records.at(name) + t.dropped.at(name) == per_thread);
+      CHECK(t.completed.at(name) == per_thread);
+      if (std::string(ring) == "1024") CHECK(t.dropped.at(name) == 0);
+    }
+  }
+}
