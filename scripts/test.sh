@@ -17,10 +17,41 @@ if ((${#missing[@]})); then
 fi
 
 JOBS=$(nproc)
-echo "== configure ($BUILD)"
+ROOT=$PWD
+stage_start=$SECONDS
+stage() { echo "== $1 (+$((SECONDS - stage_start)) s)"; }
+
+stage "configure ($BUILD)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-echo "== build"
+stage "build"
 cmake --build "$BUILD" -j "$JOBS"
-echo "== test"
-cd "$BUILD"
-ctest --output-on-failure -j "$JOBS" --timeout 600
+stage "test"
+(cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600)
+
+# Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
+# bench/examples/tools. ASan+UBSan: the unit, plugin and reliability suites (LeakSanitizer included;
+# forked plugin children run it before _exit). TSan: the concurrency tests.
+SAN_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
+            -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
+UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options)
+if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+  stage "asan+ubsan: configure and build (build-rel-asan)"
+  cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
+  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability
+  stage "asan+ubsan: test"
+  (cd build-rel-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 \
+     -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability)):")
+
+  stage "tsan: configure and build (build-rel-tsan)"
+  cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
+  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_reliability
+  stage "tsan: test"
+  (cd build-rel-tsan && ctest --output-on-failure -j "$JOBS" --timeout 600 \
+     -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode)")
+fi
+stage "done"
+cd "$ROOT"

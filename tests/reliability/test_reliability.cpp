@@ -18,7 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -717,4 +719,67 @@ TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring u
       if (std::string(ring) == "1024") CHECK(t.dropped.at(name) == 0);
     }
   }
+}
+
+TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complete, exporter writes, exact totals", "[reliability][threads]") {
+  const std::string dir = fresh_dir();
+  auto env = base_env(dir, "prom,json");
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  constexpr int n_comms = 3, per_comm = 2000;
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            std::vector<std::thread> ts;
+            for (int k = 0; k < n_comms; ++k)
+              ts.emplace_back([&lib, k] {
+                sim::comm_driver c(lib, {.comm_hash = 900u + k, .name = "mt" + std::to_string(k), .n_ranks = 4});
+                std::mutex mu;
+                std::condition_variable cv;
+                std::deque<sim::pending_op> q;
+                bool done = false;
+                std::thread proxy([&] {  // NCCL's proxy/profiler thread: kernel completion
+                  for (;;) {
+                    std::unique_lock lk(mu);
+                    cv.wait(lk, [&] { return done || !q.empty(); });
+                    if (q.empty()) return;
+                    const auto p = q.front();
+                    q.pop_front();
+                    lk.unlock();
+                    const sim::kernel_time ch[2] = {{t0, t0 + 50'000}, {t0 + 10, t0 + 60'000}};
+                    c.complete(p, ch);
+                  }
+                });
+                for (int i = 0; i < per_comm; ++i) {  // the user thread: enqueue
+                  const auto p = c.enqueue(sim::op_desc{.func = i % 2 ? sim::nccl_func::all_reduce : sim::nccl_func::reduce_scatter,
+                                                        .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+                  std::lock_guard lk(mu);
+                  q.push_back(p);
+                  cv.notify_one();
+                  if (q.size() > 200) std::this_thread::yield();  // pools hold 256
+                }
+                {
+                  std::lock_guard lk(mu);
+                  done = true;
+                  cv.notify_one();
+                }
+                proxy.join();
+                c.finalize();
+              });
+            for (auto& t : ts) t.join();
+            return 0;
+          }) == 0);
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 1);
+  const std::string text = slurp(proms[0]);
+  for (int k = 0; k < n_comms; ++k) {
+    const std::string name = "comm_name=\"mt" + std::to_string(k) + "\"";
+    const double ar = sample(text, "ncclinsp_ops_total", {name, "collective=\"AllReduce\""});
+    const double rs = sample(text, "ncclinsp_ops_total", {name, "collective=\"ReduceScatter\""});
+    const double dropped = sample(text, "ncclinsp_dropped_events_total", {name, "reason=\"op_pool_full\""});
+    INFO(name << " AllReduce " << ar << " ReduceScatter " << rs << " pool drops " << dropped);
+    CHECK(ar + rs + (std::isnan(dropped) ? 0 : dropped) == per_comm);
+  }
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  CHECK(json_lines_check(logs[0]) == "ok");
 }
