@@ -57,6 +57,35 @@ class Readout:
         return self.one("quantile(0.5, ncclinsp_sim_step_tflops)", t)
 
 
+def group_key(lb):
+    """Alerts shown on one line: same alert name, collective (or host) and fabric."""
+    return (lb["alertname"], lb.get("collective") or lb.get("node") or lb.get("instance", ""), lb.get("n_nodes", ""))
+
+
+def comms_text(names):
+    """dp0 dp1 dp2 dp3 -> dp0-3."""
+    by = {}
+    for n in sorted(set(x for x in names if x)):
+        base = n.rstrip("0123456789")
+        by.setdefault(base, []).append(n[len(base):])
+    out = []
+    for base, nums in by.items():
+        nums = [x for x in nums if x]
+        out.append(f"{base}{min(nums, key=int)}-{max(nums, key=int)}" if len(nums) > 1 else base + "".join(nums))
+    return ",".join(out)
+
+
+def describe(als):
+    """One line for a group of live alerts (from /api/v1/alerts)."""
+    lb = als[0]["labels"]
+    if len(als) == 1:
+        return als[0]["annotations"].get("summary", "")
+    vals = [float(a["value"]) for a in als if a.get("value") not in (None, "")]
+    v = f", down to {min(vals):.0%}" if vals and lb["alertname"] == "NcclinspBusBandwidthDegraded" else ""
+    return (f"{lb.get('collective', '')} on {comms_text(a['labels'].get('comm_name') for a in als)}"
+            f" (n_nodes {lb.get('n_nodes', '?')}{v})")
+
+
 def fmt(v, unit=""):
     return "    n/a" if not math.isfinite(v) else f"{v:7.1f}{unit}"
 
@@ -112,6 +141,7 @@ def main():
                 say(f"t={t:3.0f}s  AllGather network {fmt(net).strip()} GB/s, NVLink-only {fmt(nv).strip()} GB/s, "
                     f"step {fmt(r.tflops(t)).strip()} TFLOP/s/GPU")
             try:
+                new = {}
                 for al in prom.alerts("firing"):
                     lb = al["labels"]
                     if lb.get("slurm_job_id", job) != job:
@@ -119,7 +149,9 @@ def main():
                     key = (lb["alertname"], lb.get("node"), lb.get("comm_name"), lb.get("collective"))
                     if key not in seen_alerts:
                         seen_alerts.add(key)
-                        say(f"t={t:3.0f}s  ALERT {lb['alertname']} firing: {al['annotations'].get('summary', '')}")
+                        new.setdefault(group_key(lb), []).append(al)
+                for g, als in new.items():
+                    say(f"t={t:3.0f}s  ALERT {g[0]} firing: " + describe(als))
             except (P.PromError, OSError):
                 pass
             time.sleep(1)
@@ -205,11 +237,21 @@ def report(prom, r, job, t0, t_end, model, s, a):
         fired.append((pts[0][0], pts[-1][0], m))
     if not fired:
         print("  (none)")
-    for a0, a1, m in sorted(fired, key=lambda x: (x[0], x[2].get("alertname"))):
-        what = " ".join(f"{k}={m[k]}" for k in ("node", "comm_name", "collective", "n_nodes", "message_size")
-                        if k in m)
+    groups = {}
+    for a0, a1, m in fired:
+        g = groups.setdefault(group_key(m), [a0, a1, []])
+        g[0], g[1] = min(g[0], a0), max(g[1], a1)
+        g[2].append(m)
+    for (name, what, n_nodes), (a0, a1, ms) in sorted(groups.items(), key=lambda x: (x[1][0], x[0])):
+        comms = comms_text(m.get("comm_name") for m in ms)
+        where = f"{what} on {comms}" if comms else what
+        if n_nodes:
+            where += f" (n_nodes={n_nodes})"
+        nodes = sorted({m["node"] for m in ms if "node" in m and m.get("node") != what})
+        if nodes:
+            where += " node " + ",".join(nodes)
         print(f"  t={a0 - t0:4.0f}s ({time.strftime('%H:%M:%S', time.localtime(a0))}) to t={a1 - t0:4.0f}s  "
-              f"{m['alertname']:<30} {what}")
+              f"{name:<30} {where}")
 
     exp = {p["faults"]: p["tflops"] for p in model["phases"]}
     print("\n Reading it:")
