@@ -287,7 +287,7 @@ TEST_CASE("OTLP sink: bounded retries, no retry on 4xx, refused connection, http
     otlp_http_sink sink({.endpoint = srv.url(), .timeout = std::chrono::milliseconds(500), .log = log});
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(sink.write(snap) == export_result::failure);
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(900));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));  // 500 ms budget, slack for a loaded machine
   }
   {
     int port = 0;
@@ -295,7 +295,7 @@ TEST_CASE("OTLP sink: bounded retries, no retry on 4xx, refused connection, http
     otlp_http_sink sink({.endpoint = "http://127.0.0.1:" + std::to_string(port) + "/v1/metrics", .timeout = std::chrono::milliseconds(500), .log = log});
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(sink.write(snap) == export_result::failure);
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1000));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
     CHECK(sink.stats()->last_status == 0);
   }
   warnings.clear();
