@@ -121,7 +121,9 @@ def main():
     say("  " + " ".join(os.path.relpath(x, REPO) if x.startswith(REPO) else x for x in cmd))
     log = open(os.path.join(a.root, "logs", "sim.log"), "w")
     t0 = time.time() + 0.3  # the simulator's nodes start 300 ms after launch
-    sim = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # Own session/process group (pgid = pid): stopping the job is one killpg, from here or from
+    # demo.sh's trap, and reaches the simulator's per-node child processes too.
+    sim = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     with open(os.path.join(a.root, "sim.pid"), "w") as f:
         f.write(str(sim.pid))
     r = Readout(prom, job, t0)
@@ -156,7 +158,7 @@ def main():
                 pass
             time.sleep(1)
     except KeyboardInterrupt:
-        sim.send_signal(signal.SIGKILL)
+        os.killpg(sim.pid, signal.SIGKILL)
         sim.wait()
         raise
     if sim.returncode != 0:
@@ -264,7 +266,12 @@ def report(prom, r, job, t0, t_end, model, s, a):
     print(bar)
 
 
+def _term(signum, frame):
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _term)
     try:
         sys.exit(main())
     except KeyboardInterrupt:

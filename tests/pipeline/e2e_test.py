@@ -3,13 +3,13 @@
 simulated node) -> Prometheus (1 s scrape, our rules) -> assertions through the HTTP API.
 
 One simulator run, real time (--speed 1), N nodes x G GPUs (default 2 x 4), all faults in one
-timeline so the test stays short (~2 min):
+timeline so the test stays short (~2.5 min):
 
     t=0       job starts (healthy: baseline for the rules)
     t=10      --hang-rank 1@10           rank 1 (node0, GPU1): one op starts and never completes
-    t=35-100  --net-degrade 50@35-100    every n_nodes>1 communicator at 50 % bus bandwidth
-    t=100-136 --slow-host 1:25@100-136   node1's network links at 75 % (others 93.75 %)
-    t=138     job ends (every plugin writes its final file)
+    t=35-106  --net-degrade 50@35-106    every n_nodes>1 communicator at 50 % bus bandwidth
+    t=106-140 --slow-host 1:25@106-140   node1's network links at 75 % (others 93.75 %)
+    t=142     job ends (every plugin writes its final file)
 
 The degradation alert compares the 1m bandwidth with the median of the job's own previous 10m
 (offset 1m), so it cannot fire before ~t=62 (first baseline sample) + 30 s `for`: the
@@ -60,10 +60,10 @@ import promapi as P  # noqa: E402
 SKIP = 77
 # The fault schedule (simulated seconds == wall seconds at --speed 1).
 HANG_RANK, HANG_AT = 1, 10
-NET = (35, 100, 50)         # t0, t1, percent
-SLOW = (1, 100, 136, 25)    # node, t0, t1, percent
-DURATION = 138
-ATTRIB_AT = 133             # attribution table evaluated here (33 s into the slow-host window)
+NET = (35, 106, 50)         # t0, t1, percent
+SLOW = (1, 106, 140, 25)    # node, t0, t1, percent
+DURATION = 142
+ATTRIB_AT = 137             # attribution table evaluated here (31 s into the slow-host window)
 # Ops the workload runs only in its first step: their Inspector-compatible gauges exist for one
 # export window (~1 s) and may or may not be caught by a 1 s scrape.
 FIRST_STEP_ONLY = {"Broadcast"}
