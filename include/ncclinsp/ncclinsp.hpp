@@ -4,6 +4,7 @@
 #include "ncclinsp/bucketing.hpp"
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/exporter.hpp"
+#include "ncclinsp/inspector.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/sinks/callback_sink.hpp"

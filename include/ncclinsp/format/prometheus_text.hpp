@@ -231,13 +231,10 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
            [](const comm_snapshot& c) { return c.oldest_inflight_age_s; });
   per_comm("ncclinsp_seconds_since_last_completion", "gauge", "Seconds since the communicator last completed an operation (0 before the first).",
            [](const comm_snapshot& c) { return c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s; });
+  std::vector<double> invalid(snap.comms.size(), 0.0);
+  for (const auto& cell : snap.cells) invalid[cell.comm] += static_cast<double>(cell.total.invalid);
   per_comm("ncclinsp_invalid_ops_total", "counter", "Operations with zero duration, zero or overflowing size, or unknown function/datatype.",
-           [&](const comm_snapshot& c) {
-             double n = 0;
-             for (const auto& cell : snap.cells)
-               if (&snap.comms[cell.comm] == &c) n += static_cast<double>(cell.total.invalid);
-             return n;
-           });
+           [&](const comm_snapshot& c) { return invalid[static_cast<std::size_t>(&c - snap.comms.data())]; });
   per_comm("ncclinsp_abandoned_ops_total", "counter", "Operations still in flight when their communicator was destroyed.",
            [](const comm_snapshot& c) { return static_cast<double>(c.abandoned); });
   family(out, "ncclinsp_last_completed_seq", "gauge", "Last completed NCCL sequence number per communicator and function.");

@@ -36,6 +36,7 @@
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/otlp_http_sink.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
 #include "ncclinsp/sinks/trace_sink.hpp"
 #include "ncclinsp/version.hpp"
@@ -309,9 +310,15 @@ class plugin_state {
   void start_exporter() {
     std::vector<any_sink> sinks;
     auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
-    if (opts_.has_sink("prom"))
-      sinks.emplace_back(PromTextfileSink({.dir = opts_.dump_dir, .remove_on_shutdown = !opts_.keep_prom_files, .log = lg}));
-    if (opts_.has_sink("json")) sinks.emplace_back(JsonSink({.dir = opts_.dump_dir, .max_file_bytes = opts_.json_max_bytes, .log = lg}));
+    if (opts_.otel) {
+      // NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over the files, as in NVIDIA's Inspector
+      // (but here with cumulative sums and histograms, sent from the exporter thread).
+      sinks.emplace_back(OtlpHttpSink(otlp_http_options::from_env(lg)));
+    } else {
+      if (opts_.has_sink("prom"))
+        sinks.emplace_back(PromTextfileSink({.dir = opts_.dump_dir, .remove_on_shutdown = !opts_.keep_prom_files, .log = lg}));
+      if (opts_.has_sink("json")) sinks.emplace_back(JsonSink({.dir = opts_.dump_dir, .max_file_bytes = opts_.json_max_bytes, .log = lg}));
+    }
     if (opts_.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = opts_.dump_dir, .log = lg}));
     exporter_ = std::make_unique<exporter<collector<>>>(*col_, std::move(sinks),
                                                         exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg});
