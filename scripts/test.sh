@@ -37,7 +37,7 @@ UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks te
 if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/reliability/tsan.supp}
 
   stage "asan+ubsan: configure and build (build-rel-asan)"
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null

@@ -193,7 +193,9 @@ class plugin_state {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
         if (opts_.enable_p2p) m |= static_cast<int>(abi::ev_p2p);
         if (abi_version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
-        *mask = m;
+        // NCCL's mask is one process-wide int that other threads read (atomically, relaxed) while
+        // another communicator initializes: store it atomically too.
+        std::atomic_ref<int>(*mask).store(m, std::memory_order_relaxed);
       }
       return abi::success;
     } catch (...) {
