@@ -56,10 +56,10 @@ cleanup() {
     local pid
     pid=$(cat "$ROOT/sim.pid" 2>/dev/null || true)
     if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-      info "stopping the simulator (pid $pid) and its node processes"
-      # children first (found by parent pid, never by name), then the simulator itself
-      pkill -KILL -P "$pid" 2>/dev/null || true
-      kill -KILL "$pid" 2>/dev/null || true
+      # demo.py starts the simulator in its own process group (pgid = its pid), which also
+      # holds the simulator's per-node processes: one signal to that group stops the job.
+      info "stopping the simulator (process group $pid)"
+      kill -KILL -- "-$pid" 2>/dev/null || true
     fi
     rm -f "$ROOT/sim.pid"
   fi
