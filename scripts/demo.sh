@@ -106,10 +106,11 @@ fi
 
 # ---- 2. build the plugin and the simulator only -------------------------------------------------
 step "building the plugin and the simulator in $BUILD"
+mkdir -p "$BUILD"
 cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DNCCLINSP_BUILD_TESTS=OFF -DNCCLINSP_BUILD_BENCH=OFF -DNCCLINSP_BUILD_EXAMPLES=OFF \
-  -DNCCLINSP_BUILD_TOOLS=OFF >"$BUILD.configure.log" 2>&1 ||
-  { tail -n 30 "$BUILD.configure.log" >&2; die "cmake configure failed (full log: $BUILD.configure.log)"; }
+  -DNCCLINSP_BUILD_TOOLS=OFF >"$BUILD/demo-configure.log" 2>&1 ||
+  { tail -n 30 "$BUILD/demo-configure.log" >&2; die "cmake configure failed (full log: $BUILD/demo-configure.log)"; }
 cmake --build "$BUILD" --target nccl-profiler-ncclinsp ncclinsp-sim ncclinsp-simcuda
 PLUGIN=$BUILD/lib/libnccl-profiler-ncclinsp.so
 SIM=$BUILD/bin/ncclinsp-sim
