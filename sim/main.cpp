@@ -729,6 +729,7 @@ void write_summary(const options& o, const model& m, const std::string& path) {
   j << "\n  ]\n}\n";
   std::ofstream f(path, std::ios::trunc);
   f << j.str();
+  if (!f) std::fprintf(stderr, "ncclinsp-sim: cannot write the summary to %s\n", path.c_str());
 }
 
 // ---- process management -----------------------------------------------------------------------
@@ -813,7 +814,12 @@ int main(int argc, char** argv) {
     const auto colon = s.find(':'), at = s.find('@');
     if (colon == std::string::npos || at == std::string::npos || at < colon || !parse_window(s.substr(at + 1), h.w))
       return std::fprintf(stderr, "bad --slow-host %s\n", s.c_str()), 1;
-    h.node = std::atoi(s.substr(0, colon).c_str());
+    // NODE is an index or a node name (<prefix><index>, e.g. node1).
+    std::string node = s.substr(0, colon);
+    if (node.rfind(o.node_prefix, 0) == 0 && node.size() > o.node_prefix.size()) node = node.substr(o.node_prefix.size());
+    if (node.empty() || node.find_first_not_of("0123456789") != std::string::npos)
+      return std::fprintf(stderr, "bad --slow-host %s: NODE must be an index or %s<index>\n", s.c_str(), o.node_prefix.c_str()), 1;
+    h.node = std::atoi(node.c_str());
     h.pct = std::atof(s.substr(colon + 1, at - colon - 1).c_str());
     if (h.node < 0 || h.node >= o.nodes || h.pct < 0 || h.pct >= 100) return std::fprintf(stderr, "bad --slow-host %s\n", s.c_str()), 1;
     o.slows.push_back(h);
@@ -845,6 +851,8 @@ int main(int argc, char** argv) {
 
   if (!o.summary.empty()) {
     model m(o);
+    std::error_code ec;
+    if (const auto parent = fs::path(o.summary).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
     write_summary(o, m, o.summary);
   }
   const u64 base = realtime_ns() + (o.single_process ? 0 : 300'000'000ull);  // children start aligned
