@@ -14,6 +14,7 @@
 // 100 ms interval, both sinks, JSON rotation at 1 MiB so a long run stays bounded on disk.
 
 // Everything from the standard library first: the access override below must only touch ours.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -346,9 +347,20 @@ void choose_env(FuzzedDataProvider& in) {
 
 }  // namespace
 
+/// Best effort: the dump directory of this run is removed at exit.
+void remove_dump_dir() {
+  if (DIR* d = ::opendir(g_dir.c_str())) {
+    while (auto* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) ::unlink((g_dir + "/" + e->d_name).c_str());
+    ::closedir(d);
+  }
+  ::rmdir(g_dir.c_str());
+}
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   g_dir = std::string(base) + "/ncclinsp-fuzz-" + std::to_string(::getpid());
+  std::atexit(remove_dump_dir);
   ::setenv("NCCL_INSPECTOR_ENABLE", "1", 1);
   ::setenv("NCCL_INSPECTOR_DUMP_DIR", g_dir.c_str(), 1);
   ::setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000", 1);

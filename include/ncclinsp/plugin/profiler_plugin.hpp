@@ -218,8 +218,14 @@ class plugin_state {
         lk.unlock();
         // Final flush, bounded: never stalls teardown. If the sinks are stuck (a hung filesystem),
         // the detached exporter thread keeps its own state alive (shared); the library is pinned in
-        // memory. Destroying `ex` after a failed stop neither blocks nor leaks (stop is idempotent).
-        (void)ex->stop(std::chrono::milliseconds(100));
+        // memory. It is kept in lingering_ so that exit_flush() (at process exit) gives its final
+        // export a bounded chance to land; finished ones are dropped (stop is idempotent, so
+        // destroying them neither blocks nor leaks).
+        if (!ex->stop(std::chrono::milliseconds(100))) {
+          lk.lock();
+          std::erase_if(lingering_, [](const auto& e) { return e->wait_finished(std::chrono::milliseconds(0)); });
+          lingering_.push_back(std::move(ex));
+        }
       }
     } catch (...) {
     }
