@@ -19,33 +19,13 @@
 #include "ncclinsp/cuda/event_timer.hpp"
 #include "ncclinsp/format/prometheus_text.hpp"
 #include "ncclinsp/inspector.hpp"
+#include "plugin_harness.hpp"
 #include "ncclinsp/sinks/callback_sink.hpp"
 
 using namespace ncclinsp;
+using namespace ncclinsp_test;
 
 namespace {
-
-std::string fresh_dir() {
-  char t[] = "/tmp/ncclinsp_embedded_XXXXXX";
-  return ::mkdtemp(t);
-}
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-double sample(const std::string& text, const std::string& family, std::initializer_list<std::string> needles) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(family + "{", 0) != 0) continue;
-    bool ok = true;
-    for (const auto& n : needles) ok = ok && line.find(n) != std::string::npos;
-    if (ok) return std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return std::nan("");
-}
 
 /// Captures the text of the last snapshot for GPU "GPU-0".
 struct capture {
@@ -124,7 +104,7 @@ using fake_timer = cuda::basic_event_timer<inspector, fake_api>;
 }  // namespace
 
 TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "[embedded]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("embedded");
   process_identity id;
   id.node = "nodeE";
   id.slurm_job_id = "5";

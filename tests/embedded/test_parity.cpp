@@ -19,45 +19,17 @@
 #include <vector>
 
 #include "nccl_driver.hpp"
+#include "plugin_harness.hpp"
 #include "ncclinsp/inspector.hpp"
 
 namespace sim = ncclinsp::sim;
 using namespace ncclinsp;
+using namespace ncclinsp_test;
 
 namespace {
 
-constexpr std::uint64_t t0 = 1'800'000'000'000'000'000ull;
 constexpr std::uint64_t comm_hash = 0xabcdef0123456789ull;
 
-std::string fresh_dir() {
-  char t[] = "/tmp/ncclinsp_parity_XXXXXX";
-  return ::mkdtemp(t);
-}
-std::vector<std::string> prom_files(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (auto* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.size() > 5 && n.substr(n.size() - 5) == ".prom") out.push_back(n);
-    }
-    ::closedir(d);
-  }
-  return out;
-}
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string uuid_of(int ordinal) {
-  char b[64];
-  const int o = 0x10 * (ordinal + 1);
-  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
-                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
-  return b;
-}
 
 /// The ops of the scenario: what NCCL would report, and their GPU spans.
 struct scenario_op {
@@ -199,34 +171,22 @@ std::set<std::string> comparable(const std::string& text) {
 }  // namespace
 
 TEST_CASE("parity: plugin and embedded API produce the same metric names, label sets and values", "[embedded][parity]") {
-  const std::string plugin_dir = fresh_dir(), embedded_dir = fresh_dir();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setenv("NCCL_INSPECTOR_ENABLE", "1", 1);
-    ::setenv("NCCL_INSPECTOR_PROM_DUMP", "1", 1);
-    ::setenv("NCCL_INSPECTOR_DUMP_DIR", plugin_dir.c_str(), 1);
-    ::setenv("NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB, 1);
-    ::setenv("NCCLINSP_NODE_NAME", "nodeT", 1);
-    ::setenv("SLURM_JOB_ID", "77", 1);
-    int rc = 99;
-    try {
-      rc = run_plugin();
-    } catch (...) {
-      rc = 98;
-    }
-    ::_exit(rc);
-  }
-  int st = 0;
-  REQUIRE(::waitpid(pid, &st, 0) == pid);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
+  const std::string plugin_dir = fresh_dir("parity"), embedded_dir = fresh_dir("parity");
+  REQUIRE(in_child({{"NCCL_INSPECTOR_ENABLE", "1"},
+                    {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+                    {"NCCL_INSPECTOR_DUMP_DIR", plugin_dir},
+                    {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+                    {"NCCLINSP_NODE_NAME", "nodeT"},
+                    {"SLURM_JOB_ID", "77"}},
+                   run_plugin) == 0);
   run_embedded(embedded_dir);
 
-  const auto pf = prom_files(plugin_dir), ef = prom_files(embedded_dir);
+  const auto pf = files_in(plugin_dir, ".prom"), ef = files_in(embedded_dir, ".prom");
   REQUIRE(pf.size() == 1);
-  REQUIRE(ef == pf);  // same file name: nccl_inspector_metrics_<uuid>.prom
-  const std::string plugin_text = slurp(plugin_dir + "/" + pf[0]);
-  const std::string embedded_text = slurp(embedded_dir + "/" + ef[0]);
+  REQUIRE(ef.size() == 1);
+  CHECK(pf[0].substr(plugin_dir.size()) == ef[0].substr(embedded_dir.size()));  // same name: nccl_inspector_metrics_<uuid>.prom
+  const std::string plugin_text = slurp(pf[0]);
+  const std::string embedded_text = slurp(ef[0]);
   INFO("plugin:\n" << plugin_text.substr(0, 4000) << "\nembedded:\n" << embedded_text.substr(0, 4000));
 
   const auto ps = signatures(plugin_text), es = signatures(embedded_text);

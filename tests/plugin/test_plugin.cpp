@@ -18,86 +18,13 @@
 #include <vector>
 
 #include "nccl_driver.hpp"
+#include "plugin_harness.hpp"
 #include "ncclinsp/bandwidth.hpp"
 
 namespace sim = ncclinsp::sim;
+using namespace ncclinsp_test;
 
 namespace {
-
-std::string fresh_dir() {
-  char t[] = "/tmp/ncclinsp_plugin_XXXXXX";
-  return ::mkdtemp(t);
-}
-
-std::vector<std::string> files_in(const std::string& dir, const std::string& suffix) {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (auto* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(dir + "/" + n);
-    }
-    ::closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-/// Value of the first sample of `family` whose label text contains every needle; NaN if none.
-double sample(const std::string& text, const std::string& family, std::initializer_list<std::string> needles) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(family + "{", 0) != 0) continue;
-    bool ok = true;
-    for (const auto& n : needles) ok = ok && line.find(n) != std::string::npos;
-    if (ok) return std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return std::nan("");
-}
-
-/// Runs `body` in a forked child with `env` set; returns the child's exit code (or -signal). The
-/// child leaves through exit(), as a training process does, so the plugin's exit flush runs.
-int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (...) {
-      rc = 98;
-    }
-    std::exit(rc);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-}
-
-/// Makes this thread "current on GPU <ordinal>" for the plugin's device lookup.
-void set_device(int ordinal) {
-  static void* lib = ::dlopen(NCCLINSP_SIMCUDA_LIB, RTLD_NOW | RTLD_GLOBAL);
-  using fn_t = void (*)(int, const unsigned char*);
-  static auto fn = reinterpret_cast<fn_t>(::dlsym(lib, "ncclinsp_simcuda_set_device"));
-  unsigned char uuid[16];
-  for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(0x10 * (ordinal + 1) + i);
-  fn(ordinal, uuid);
-}
-std::string uuid_of(int ordinal) {
-  char b[64];
-  const int o = 0x10 * (ordinal + 1);
-  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
-                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
-  return b;
-}
 
 std::map<std::string, std::string> prom_env(const std::string& dir) {
   return {{"NCCL_INSPECTOR_ENABLE", "1"},
@@ -107,8 +34,6 @@ std::map<std::string, std::string> prom_env(const std::string& dir) {
           {"NCCLINSP_NODE_NAME", "nodeT"},
           {"SLURM_JOB_ID", "77"}};
 }
-
-constexpr std::uint64_t t0 = 1'800'000'000'000'000'000ull;  // GPU globaltimer ns
 
 /// AllReduce 4 MiB on channels 2..5 with a 500 us span, AllGather 1 MiB/rank on 2 channels over
 /// 200 us (grouped after it), and a Send of 8 MiB on channel 5 over 100 us.
@@ -144,7 +69,7 @@ int drive_basic(int abi) {
 TEST_CASE("each ABI version: busbw and exec time from GPU timestamps, channels not starting at 0, P2P", "[plugin]") {
   for (int abi : {4, 5, 6, 7}) {
     INFO("ABI v" << abi);
-    const std::string dir = fresh_dir();
+    const std::string dir = fresh_dir("plugin");
     REQUIRE(in_child(prom_env(dir), [abi] { return drive_basic(abi); }) == 0);
     const auto files = files_in(dir, ".prom");
     REQUIRE(files.size() == 1);
@@ -172,7 +97,7 @@ TEST_CASE("each ABI version: busbw and exec time from GPU timestamps, channels n
 }
 
 TEST_CASE("disabled by default, like Inspector: success, no context, mask untouched, no files", "[plugin]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);
   env.erase("NCCL_INSPECTOR_ENABLE");
   CHECK(in_child(env, [] {
@@ -185,7 +110,7 @@ TEST_CASE("disabled by default, like Inspector: success, no context, mask untouc
 }
 
 TEST_CASE("init failure leaves NCCL running; NULL and garbage handles are ignored", "[plugin][hostile]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   CHECK(in_child(prom_env(dir), [] {
           sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
           set_device(0);
@@ -226,7 +151,7 @@ TEST_CASE("init failure leaves NCCL running; NULL and garbage handles are ignore
 }
 
 TEST_CASE("copy-engine collectives, foreign-pid PXN ops and a RAS mask override", "[plugin]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   CHECK(in_child(prom_env(dir), [] {
           sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 6);
           set_device(1);
@@ -257,7 +182,7 @@ TEST_CASE("copy-engine collectives, foreign-pid PXN ops and a RAS mask override"
 
 TEST_CASE("missing GPU timing: filtered and counted by default, CPU-timed on request", "[plugin]") {
   for (const char* require : {"1", "0"}) {
-    const std::string dir = fresh_dir();
+    const std::string dir = fresh_dir("plugin");
     auto env = prom_env(dir);
     env["NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING"] = require;
     REQUIRE(in_child(env, [] {
@@ -283,7 +208,7 @@ TEST_CASE("missing GPU timing: filtered and counted by default, CPU-timed on req
 }
 
 TEST_CASE("minimum size filter, pool exhaustion and hung ops are counted, never silent", "[plugin]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);
   env["NCCL_INSPECTOR_COLL_POOL_SIZE"] = "10";
   env["NCCL_INSPECTOR_P2P_POOL_SIZE"] = "10";
@@ -322,7 +247,7 @@ TEST_CASE("minimum size filter, pool exhaustion and hung ops are counted, never 
 }
 
 TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin][json]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);
   env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
   REQUIRE(in_child(env, [] { return drive_basic(7); }) == 0);
@@ -337,7 +262,7 @@ TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin
 }
 
 TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", "[plugin][hostile]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";  // finished comms leave the file as they go
   REQUIRE(in_child(env, [] {

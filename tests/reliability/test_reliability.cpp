@@ -34,67 +34,17 @@
 #include <vector>
 
 #include "nccl_driver.hpp"
+#include "plugin_harness.hpp"
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
 
-extern "C" int __lsan_do_recoverable_leak_check() __attribute__((weak));
-
 namespace sim = ncclinsp::sim;
+using namespace ncclinsp_test;
 namespace abi = ncclinsp::abi;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr std::uint64_t t0 = 1'800'000'000'000'000'000ull;
-
-std::string fresh_dir() {
-  char t[] = "/tmp/ncclinsp_rel_XXXXXX";
-  return ::mkdtemp(t);
-}
-
-std::vector<std::string> files_in(const std::string& dir, const std::string& suffix = "") {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (auto* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n == "." || n == "..") continue;
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(dir + "/" + n);
-    }
-    ::closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-double sample(const std::string& text, const std::string& family, std::initializer_list<std::string> needles) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(family + "{", 0) != 0) continue;
-    bool ok = true;
-    for (const auto& n : needles) ok = ok && line.find(n) != std::string::npos;
-    if (ok) return std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return std::nan("");
-}
-
-std::string run_cmd(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  return out;
-}
 
 /// promtool's findings, less the two known unit lints on Inspector's `*_microseconds` names.
 /// Empty when promtool is not installed.
@@ -117,45 +67,6 @@ std::string json_lines_check(const std::string& file) {
   std::ofstream("/tmp/ncclinsp_rel_json_check.py") << py;
   const std::string out = run_cmd("python3 /tmp/ncclinsp_rel_json_check.py '" + file + "' 2>&1");
   return out.rfind("ok", 0) == 0 ? "ok" : out;
-}
-
-/// Runs `body` in a forked child with `env` set; returns its exit code (or -signal). 97: leaks.
-/// The child leaves through exit(), so a final export that outlived finalize's bound still lands.
-int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (...) {
-      rc = 98;
-    }
-    if (rc == 0 && __lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() != 0) rc = 97;
-    std::fflush(nullptr);
-    std::exit(rc);  // as a training process leaves: the plugin's exit flush runs
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-}
-
-void set_device(int ordinal) {
-  static void* lib = ::dlopen(NCCLINSP_SIMCUDA_LIB, RTLD_NOW | RTLD_GLOBAL);
-  using fn_t = void (*)(int, const unsigned char*);
-  static auto fn = reinterpret_cast<fn_t>(::dlsym(lib, "ncclinsp_simcuda_set_device"));
-  unsigned char uuid[16];
-  for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(0x10 * (ordinal + 1) + i);
-  fn(ordinal, uuid);
-}
-
-std::string uuid_of(int ordinal) {
-  char b[64];
-  const int o = 0x10 * (ordinal + 1);
-  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
-                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
-  return b;
 }
 
 std::map<std::string, std::string> base_env(const std::string& dir, const char* sinks = "prom") {
@@ -228,7 +139,7 @@ bool prom_well_formed(const std::string& text, std::set<std::string>* families =
 // ---- 3. hostile input --------------------------------------------------------------------------------
 
 TEST_CASE("hostile communicator names and strings: valid exposition and valid JSON", "[reliability][hostile]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
             set_device(0);
@@ -261,7 +172,7 @@ TEST_CASE("hostile communicator names and strings: valid exposition and valid JS
 }
 
 TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning each, defaults used", "[reliability][hostile][env]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   // Every variable whose value is parsed (free-form strings such as the dump dir or node name
   // accept anything; the dump dir has its own tests below).
   const std::vector<std::pair<std::string, std::string>> garbage = {
@@ -332,7 +243,7 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
 }
 
 TEST_CASE("garbage NCCL_INSPECTOR_ENABLE: one warning, disabled (the default), NCCL unaffected", "[reliability][hostile][env]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_ENABLE"] = "\xff";
   REQUIRE(in_child(env, [] {
@@ -373,7 +284,7 @@ int unusable_then_usable(const std::string& dir, const std::function<void()>& fi
 }  // namespace
 
 TEST_CASE("dump directory missing: created (with parents)", "[reliability][dumpdir]") {
-  const std::string dir = fresh_dir() + "/a/b/c";
+  const std::string dir = fresh_dir("rel") + "/a/b/c";
   auto env = base_env(dir);
   REQUIRE(in_child(env, [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
@@ -388,7 +299,7 @@ TEST_CASE("dump directory missing: created (with parents)", "[reliability][dumpd
 
 TEST_CASE("dump directory is a regular file, or under one: a warning, metrics kept, written once possible", "[reliability][dumpdir]") {
   for (const bool under : {false, true}) {
-    const std::string base = fresh_dir();
+    const std::string base = fresh_dir("rel");
     const std::string file = base + "/blocker";
     std::ofstream(file) << "not a directory\n";
     const std::string dir = under ? file + "/sub" : file;
@@ -411,7 +322,7 @@ bool try_tmpfs(const std::string& dir, const char* opts) { return ::mount("tmpfs
 }  // namespace
 
 TEST_CASE("dump directory read-only (tmpfs remount): a warning, no crash, written after", "[reliability][dumpdir]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   if (!try_tmpfs(dir, "size=256k,mode=0755")) {
     WARN("mount not permitted here; skipped (the regular-file cases cover unwritable directories)");
     return;
@@ -462,7 +373,7 @@ int disk_full_scenario(const std::string& dir, const std::function<void()>& fill
 }  // namespace
 
 TEST_CASE("disk full (RLIMIT_FSIZE): no partial file visible, a warning, retried later", "[reliability][diskfull]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
   CHECK(in_child(env, [&] {
@@ -481,7 +392,7 @@ TEST_CASE("disk full (RLIMIT_FSIZE): no partial file visible, a warning, retried
 }
 
 TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried later", "[reliability][diskfull]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   if (!try_tmpfs(dir, "size=64k")) {
     WARN("mount not permitted here; skipped (the RLIMIT_FSIZE case covers a full disk)");
     return;
@@ -507,7 +418,7 @@ TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried 
 
 TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before completion; events after finalize; finalize twice",
           "[reliability][hostile][handles]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir), [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
             set_device(0);
@@ -566,7 +477,7 @@ TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before com
 }
 
 TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in the ASan build)", "[reliability][leak]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
             set_device(0);
@@ -587,7 +498,7 @@ TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in t
 // ---- 4. atomic files under readers -------------------------------------------------------------------
 
 TEST_CASE("node_exporter-style readers never see a torn .prom file while it is rewritten", "[reliability][atomic]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   ncclinsp::collector<> col;
   std::vector<ncclinsp::comm_handle> hs;
   for (int i = 0; i < 3; ++i) hs.push_back(col.add_comm({.name = "r" + std::to_string(i), .hash = 77u + i, .nranks = 4, .uuid = "GPU-r"}));
@@ -683,7 +594,7 @@ json_tally tally_json(const std::string& file) {
 
 TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring under load and at teardown", "[reliability][loss]") {
   for (const char* ring : {"8", "1024"}) {
-    const std::string dir = fresh_dir();
+    const std::string dir = fresh_dir("rel");
     auto env = base_env(dir, "json");
     env["NCCL_INSPECTOR_DUMP_COLL_RING_SIZE"] = ring;
     env["NCCL_INSPECTOR_DUMP_P2P_RING_SIZE"] = ring;
@@ -730,7 +641,7 @@ TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring u
 }
 
 TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complete, exporter writes, exact totals", "[reliability][threads]") {
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   auto env = base_env(dir, "prom,json");
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
   constexpr int n_comms = 3, per_comm = 2000;
@@ -805,7 +716,7 @@ TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at ex
   // filesystem. finalize must return (bounded); exit() then waits (bounded) for the export, which
   // lands once a reader appears. The default configuration exports only at teardown, so this final
   // export is all the data there is.
-  const std::string dir = fresh_dir();
+  const std::string dir = fresh_dir("rel");
   char host[256] = "unknown";
   ::gethostname(host, sizeof host - 1);
   constexpr int n_ops = 40;
