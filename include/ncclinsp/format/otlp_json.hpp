@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ncclinsp/bucketing.hpp"
-#include "ncclinsp/format/prometheus_text.hpp"
+#include "ncclinsp/format/series.hpp"
 #include "ncclinsp/format/text.hpp"
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/snapshot.hpp"
@@ -28,7 +28,7 @@
 
 namespace ncclinsp::format {
 
-using attribute_list = std::vector<std::pair<std::string, std::string>>;
+using attribute_list = label_list;
 
 struct otlp_json_options {
   /// Resource attributes (service.name, slurm.job.id, OTEL_RESOURCE_ATTRIBUTES, ...), in order.
@@ -125,17 +125,6 @@ inline void write_metric(std::string& out, const otlp_metric& m) {
   out += "}}";
 }
 
-inline attribute_list identity_attrs(const snapshot& snap, const comm_desc& d) {
-  return {{"slurm_job_id", snap.identity.slurm_job_id}, {"node", snap.identity.node}, {"gpu", gpu_label(d)}, {"uuid", d.uuid}};
-}
-inline attribute_list comm_attrs(const snapshot& snap, const comm_desc& d) {
-  attribute_list a = identity_attrs(snap, d);
-  a.insert(a.end(), {{"comm_name", comm_name(d)}, {"comm_hash", hash_label(d.hash)}, {"rank", std::to_string(d.rank)},
-                     {"nranks", std::to_string(d.nranks)}, {"n_nodes", std::to_string(d.nnodes)}});
-  return a;
-}
-inline void add_user(attribute_list& a, const snapshot& snap) { a.insert(a.end(), snap.identity.labels.begin(), snap.identity.labels.end()); }
-
 }  // namespace detail
 
 /// Returns the request body for `snap`, or an empty string when it holds no communicator (nothing
@@ -146,48 +135,12 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
   if (snap.comms.empty()) return {};
   const std::uint64_t now = snap.time_unix_ns;
   const std::uint64_t start = o.start_time_unix_ns && o.start_time_unix_ns <= now ? o.start_time_unix_ns : now;
-  const auto& ident = snap.identity;
-  const std::string version = ident.abi.size() > 1 && ident.abi[0] == 'v' ? ident.abi + ".1" : "v5.1";
 
-  // ---- aggregate cells by attribute set (same grouping as the Prometheus serializer) -----------
-  std::map<attribute_list, cell_stats> native;
-  std::map<attribute_list, window_acc> compat_coll, compat_p2p;
-  for (const auto& cell : snap.cells) {
-    const comm_desc& d = snap.comms[cell.comm].desc;
-    const bool p2p = is_p2p(cell.fn);
-    const std::string ap = algo_proto_label(cell.alg, cell.pro);
-    if (o.compat_gauges && cell.window.valid_ops() > 0) {
-      attribute_list a = {{"version", version}, {"slurm_job_id", ident.slurm_job_id}, {"node", ident.node}, {"gpu", gpu_label(d)},
-                          {"comm_name", comm_name(d)}, {"n_nodes", std::to_string(d.nnodes)}, {"nranks", std::to_string(d.nranks)}};
-      if (p2p) {
-        a.insert(a.end(), {{"p2p_operation", std::string(to_string(cell.fn))}, {"message_size", inspector_bucketer::label(cell.size_index)}});
-      } else {
-        a.insert(a.end(), {{"collective", std::string(to_string(cell.fn))}, {"message_size", inspector_bucketer::label(cell.size_index)},
-                           {"algo_proto", ap}});
-      }
-      a.emplace_back("uuid", d.uuid);
-      add_user(a, snap);
-      window_acc& w = (p2p ? compat_p2p : compat_coll)[a];
-      w.valid += cell.window.valid_ops();
-      w.busy_ns += cell.window.busy_ns;
-      w.bw_count += cell.window.bw_count;
-      w.log_sum += cell.window.log_busbw_sum;
-    }
-    attribute_list a = comm_attrs(snap, d);
-    const std::uint32_t nb = NativeBucketer::index(inspector_bucketer::lower_bound(cell.size_index));
-    a.insert(a.end(), {{"collective", std::string(to_string(cell.fn))},
-                       {"message_size", cell.total.valid_ops() ? NativeBucketer::label(nb) : std::string("invalid")},
-                       {"algo_proto", ap}});
-    if (cell.tag_index || !snap.user_tags.empty()) a.emplace_back("user_tag", user_tag_label(snap, cell.tag_index));
-    add_user(a, snap);
-    cell_stats& t = native[a];
-    t.ops += cell.total.ops;
-    t.invalid += cell.total.invalid;
-    t.bytes += cell.total.bytes;
-    t.busy_ns += cell.total.busy_ns;
-    t.bus_bytes += cell.total.bus_bytes;
-    for (std::size_t b = 0; b < duration_buckets; ++b) t.hist[b] += cell.total.hist[b];
-  }
+  // ---- the same series as the Prometheus serializer (format/series.hpp) ------------------------
+  const op_series series = group_cells<NativeBucketer>(snap, {}, o.compat_gauges);
+  const auto& native = series.native;
+  const auto& compat_coll = series.compat_coll;
+  const auto& compat_p2p = series.compat_p2p;
 
   std::deque<otlp_metric> metrics;  // deque: references stay valid while more metrics are added
   auto metric = [&](std::string name, std::string unit, otlp_metric::kind_t k, std::string help) -> otlp_metric& {
@@ -251,8 +204,8 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
     otlp_metric& m = metric(name, unit, k, help);
     std::map<attribute_list, double> rows;
     for (const auto& c : snap.comms) {
-      attribute_list a = comm_attrs(snap, c.desc);
-      add_user(a, snap);
+      attribute_list a = comm_labels(snap, c.desc);
+      add_user_labels(a, snap);
       rows[a] += value(c);
     }
     for (const auto& [a, v] : rows) number_point(m, a, start, now, v);
@@ -270,15 +223,15 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
   std::map<attribute_list, double> dropped, filtered;
   for (const auto& c : snap.comms) {
     for (std::size_t r = 0; r < drop_reason_names.size(); ++r) {
-      attribute_list a = identity_attrs(snap, c.desc);
+      attribute_list a = identity_labels(snap, c.desc);
       a.emplace_back("reason", drop_reason_names[r]);
-      add_user(a, snap);
+      add_user_labels(a, snap);
       dropped[a] += static_cast<double>(c.dropped[r]);
     }
     for (std::size_t r = 0; r < filter_reason_names.size(); ++r) {
-      attribute_list a = identity_attrs(snap, c.desc);
+      attribute_list a = identity_labels(snap, c.desc);
       a.emplace_back("reason", filter_reason_names[r]);
-      add_user(a, snap);
+      add_user_labels(a, snap);
       filtered[a] += static_cast<double>(c.filtered[r]);
     }
   }
