@@ -37,9 +37,7 @@
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
-#include "ncclinsp/sinks/json_sink.hpp"
-#include "ncclinsp/sinks/otlp_http_sink.hpp"
-#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+#include "ncclinsp/sinks/from_options.hpp"
 
 namespace ncclinsp {
 
@@ -106,18 +104,8 @@ struct inspector_options {
     r.user_tag_label = o.user_tag_label;
     r.log = log;
     if (!o.enable) return r;
-    if (o.otel) {
-      if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
-      otlp_http_options oo = otlp_http_options::from_env(log, get);
-      r.sinks.emplace_back(otlp_http_sink(std::move(oo)));
-      return r;
-    }
-    if (o.has_sink("prom"))
-      r.sinks.emplace_back(prom_textfile_sink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .log = log}));
-    if (o.has_sink("json")) {
-      r.record_ring_capacity = o.coll_ring_size + (o.enable_p2p ? o.p2p_ring_size : 0);
-      r.sinks.emplace_back(json_sink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .log = log}));
-    }
+    r.record_ring_capacity = record_ring_for(o);
+    r.sinks = sinks_from_options(o, log, get);
     return r;
   }
 };

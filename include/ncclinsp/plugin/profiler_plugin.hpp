@@ -35,10 +35,7 @@
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
-#include "ncclinsp/sinks/json_sink.hpp"
-#include "ncclinsp/sinks/otlp_http_sink.hpp"
-#include "ncclinsp/sinks/prom_textfile_sink.hpp"
-#include "ncclinsp/sinks/trace_sink.hpp"
+#include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/version.hpp"
 
 namespace ncclinsp::plugin {
@@ -298,8 +295,7 @@ class plugin_state {
     pin_library();
     opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
     collector_options co;
-    co.record_ring_capacity =
-        opts_.has_sink("json") || opts_.has_sink("trace") ? opts_.coll_ring_size + (opts_.enable_p2p ? opts_.p2p_ring_size : 0) : 0;
+    co.record_ring_capacity = record_ring_for(opts_);
     co.user_tag_label = opts_.user_tag_label;
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
@@ -316,18 +312,8 @@ class plugin_state {
   }
 
   void start_exporter() {
-    std::vector<any_sink> sinks;
     auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
-    if (opts_.otel) {
-      // NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over the files, as in NVIDIA's Inspector
-      // (but here with cumulative sums and histograms, sent from the exporter thread).
-      sinks.emplace_back(OtlpHttpSink(otlp_http_options::from_env(lg)));
-    } else {
-      if (opts_.has_sink("prom"))
-        sinks.emplace_back(PromTextfileSink({.dir = opts_.dump_dir, .remove_on_shutdown = !opts_.keep_prom_files, .log = lg}));
-      if (opts_.has_sink("json")) sinks.emplace_back(JsonSink({.dir = opts_.dump_dir, .max_file_bytes = opts_.json_max_bytes, .log = lg}));
-    }
-    if (opts_.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = opts_.dump_dir, .log = lg}));
+    std::vector<any_sink> sinks = sinks_from_options(opts_, lg);
     exporter_ = std::make_unique<exporter<collector<>>>(*col_, std::move(sinks),
                                                         exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg});
     exporter_->start();

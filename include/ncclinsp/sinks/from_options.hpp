@@ -1,0 +1,38 @@
+#pragma once
+/// The sinks an `options` (the NCCL_INSPECTOR_* / NCCLINSP_* environment) asks for, shared by the
+/// plugin and the embedded inspector so both write the same files: the OTLP sink alone when
+/// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
+/// PromTextfileSink and/or JsonSink in the dump directory; TraceSink on request. Cold path.
+
+#include <cstdlib>
+#include <vector>
+
+#include "ncclinsp/options.hpp"
+#include "ncclinsp/sink.hpp"
+#include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/otlp_http_sink.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
+#include "ncclinsp/sinks/trace_sink.hpp"
+
+namespace ncclinsp {
+
+/// Per-op records per recording thread the chosen sinks need (collector_options::record_ring_capacity).
+inline std::uint32_t record_ring_for(const options& o) {
+  return !o.otel && (o.has_sink("json") || o.has_sink("trace")) ? o.coll_ring_size + (o.enable_p2p ? o.p2p_ring_size : 0) : 0;
+}
+
+inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
+                                                const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
+  std::vector<any_sink> sinks;
+  if (o.otel) {
+    if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
+    sinks.emplace_back(OtlpHttpSink(otlp_http_options::from_env(log, get)));
+    return sinks;
+  }
+  if (o.has_sink("prom")) sinks.emplace_back(PromTextfileSink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .log = log}));
+  if (o.has_sink("json")) sinks.emplace_back(JsonSink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .log = log}));
+  if (o.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = o.dump_dir, .log = log}));
+  return sinks;
+}
+
+}  // namespace ncclinsp
