@@ -71,8 +71,8 @@ class statsd_sink {
         const auto& w = cell.window;
         if (w.ops == 0) continue;
         const auto& d = snap.comms[cell.comm].desc;
-        const std::string tags = "|#comm_name:" + ncclinsp::format::detail::comm_name(d) + ",rank:" + std::to_string(d.rank) +
-                                 ",gpu:" + ncclinsp::format::detail::gpu_label(d) + ",node:" + snap.identity.node +
+        const std::string tags = "|#comm_name:" + ncclinsp::format::comm_name(d) + ",rank:" + std::to_string(d.rank) +
+                                 ",gpu:" + ncclinsp::format::gpu_label(d) + ",node:" + snap.identity.node +
                                  ",collective:" + std::string(ncclinsp::to_string(cell.fn)) + ",message_size:" +
                                  ncclinsp::pow2_bucketer::label(ncclinsp::pow2_bucketer::index(ncclinsp::inspector_bucketer::lower_bound(cell.size_index))) +
                                  ",algo_proto:" + ncclinsp::format::algo_proto_label(cell.alg, cell.pro);
@@ -82,7 +82,7 @@ class statsd_sink {
         if (w.bw_count) line(o_.prefix + "busbw_gbs:" + number(std::exp(w.log_busbw_sum / static_cast<double>(w.bw_count))) + "|g" + tags);
       }
       for (const auto& c : snap.comms) {
-        const std::string tags = "|#comm_name:" + ncclinsp::format::detail::comm_name(c.desc) + ",rank:" + std::to_string(c.desc.rank);
+        const std::string tags = "|#comm_name:" + ncclinsp::format::comm_name(c.desc) + ",rank:" + std::to_string(c.desc.rank);
         line(o_.prefix + "inflight:" + std::to_string(c.inflight) + "|g" + tags);
         line(o_.prefix + "oldest_inflight_s:" + number(c.oldest_inflight_age_s) + "|g" + tags);
       }
