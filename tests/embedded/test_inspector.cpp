@@ -133,7 +133,7 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
   CHECK(sample(text, "ncclinsp_info", {"abi=\"embedded\"", "final=\"1\""}) == 1);
 }
 
-TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal; cancel and filters", "[embedded]") {
+TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, cancel and filters", "[embedded]") {
   capture cap;
   inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .min_size_bytes = 1024, .inflight_pool = 2});
   const comm_handle h = insp.add_comm({.name = "dp", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});

@@ -278,9 +278,16 @@ def main():
             # Attribution: node1 (80%) is the lowest host and below the 0.85 threshold on dp.
             d = P.load_dashboard(os.path.join(repo, "grafana", "ncclinsp.json"))
             table = next(t for p, t in P.iter_targets(d) if p["type"] == "table")
-            rows = prom.values(P.substitute(table["expr"], rate_interval="1m"))
-            if not rows or rows[0][0].get("node") != "node1" or not rows[0][1] < 0.95:
-                fail(f"attribution table first row: {rows[:1]}")
+            # Both nodes need two scrapes before their rates (and the median) exist: poll briefly.
+            deadline = time.monotonic() + 20
+            while True:
+                rows = prom.values(P.substitute(table["expr"], rate_interval="1m"))
+                if rows and rows[0][0].get("node") == "node1" and rows[0][1] < 0.95:
+                    break
+                if time.monotonic() > deadline:
+                    fail(f"attribution table first row: {rows[:1]}")
+                    break
+                time.sleep(0.5)
             if w.error:
                 fail(f"fixture writer: {w.error!r}")
     except (TimeoutError, RuntimeError, P.PromError, OSError) as e:

@@ -109,7 +109,7 @@ TEST_CASE("disabled by default, like Inspector: success, no context, mask untouc
   CHECK(files_in(dir, ".prom").empty());
 }
 
-TEST_CASE("init failure leaves NCCL running; NULL and garbage handles are ignored", "[plugin][hostile]") {
+TEST_CASE("init failure leaves NCCL running, NULL and garbage handles are ignored", "[plugin][hostile]") {
   const std::string dir = fresh_dir("plugin");
   CHECK(in_child(prom_env(dir), [] {
           sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);

@@ -416,7 +416,7 @@ TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried 
   ::umount2(dir.c_str(), MNT_DETACH);
 }
 
-TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before completion; events after finalize; finalize twice",
+TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before completion, events after finalize, finalize twice",
           "[reliability][hostile][handles]") {
   const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir), [] {

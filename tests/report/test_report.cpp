@@ -84,7 +84,7 @@ TEST_CASE("reader: golden job directory (rotation, truncated line, unknown kind,
   CHECK(a.sizes[0].time_share == Approx(1500.0 / 1540.0));
 }
 
-TEST_CASE("reader: outputs name the straggler; JSON output parses") {
+TEST_CASE("reader: outputs name the straggler, JSON output parses") {
   rep::job j = rep::read_job({data_dir() + "/job"});
   rep::analysis a = rep::analyze(j, {});
   std::ostringstream text, html, json, csv;
@@ -111,7 +111,7 @@ TEST_CASE("reader: outputs name the straggler; JSON output parses") {
   CHECK(incomplete == 5);
 }
 
-TEST_CASE("reader: no straggler when all hosts agree; threshold") {
+TEST_CASE("reader: no straggler when all hosts agree, threshold") {
   const std::string d = scratch("even");
   std::ofstream f(d + "/a.jsonl");
   for (int sn = 0; sn < 3; ++sn)

@@ -338,7 +338,7 @@ TEST_CASE("P2P: channels not 0-based, parents, peer", "[sim][p2p]") {
   CHECK(find_start(ev, ev_kernel_ch)->parent == p2p->handle);
 }
 
-TEST_CASE("NULL handles: children get parentObj NULL; no record/stop on NULL", "[sim][null]") {
+TEST_CASE("NULL handles: children get parentObj NULL, no record/stop on NULL", "[sim][null]") {
   recorder r(7);
   comm_driver c(r.lib, cfg());
   r.reset();
@@ -513,7 +513,7 @@ TEST_CASE("CE collectives (v6+) and Broadcast visibility", "[sim][ce]") {
   CHECK(count_of(ev, rec_call_start, ev_kernel_ch) == 1);
 }
 
-TEST_CASE("RAS mask override: proxy events; foreign PXN ProxyOp; start-only", "[sim][proxy]") {
+TEST_CASE("RAS mask override: proxy events, foreign PXN ProxyOp, start-only", "[sim][proxy]") {
   using namespace abi;
   recorder r(7);
   comm_config cc = cfg(2, 8, 2);

@@ -156,7 +156,7 @@ TEST_CASE("a full cell table drops and counts, never overwrites", "[collector]")
   CHECK(s.comms[0].completed == 20);
 }
 
-TEST_CASE("per-op records reach the snapshot in order; ring overflow is counted", "[collector]") {
+TEST_CASE("per-op records reach the snapshot in order, ring overflow is counted", "[collector]") {
   collector<> col({.record_ring_capacity = 16});
   const auto h = col.add_comm(desc("r"));
   for (int i = 0; i < 10; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
