@@ -255,12 +255,14 @@ class plugin_state {
     const decoded k = decode(handle);
     if (k.kind == handle_kind::channel) return stop_channel(k);
     if (k.kind != handle_kind::op) return abi::success;
-    comm_state* cs = live_comm(k.comm);
-    if (!cs || k.slot >= cs->pool_size) return abi::success;
-    op_slot& s = cs->slots[k.slot];
-    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;  // stale or already released
-    if (s.enq_stopped.exchange(true, std::memory_order_acq_rel)) return abi::success;      // stopped twice: one reference only
-    if (s.is_ce || s.expected_ch == 0) complete(*cs, k.slot, s, /*enqueue_only=*/true);
+    comm_state* cs = nullptr;
+    op_slot* op = find_op(k, cs);
+    if (!op) return abi::success;  // stale or already released
+    op_slot& s = *op;
+    // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
+    if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
+    s.enq_stopped.store(true, std::memory_order_relaxed);
+    if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
     drop_ref(*cs, k.slot, s);
     return abi::success;
   }
@@ -269,13 +271,12 @@ class plugin_state {
     if (state != abi::st_kernel_ch_stop) return abi::success;
     const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
-    comm_state* cs = live_comm(k.comm);
-    if (!cs || k.slot >= cs->pool_size) return abi::success;
-    op_slot& s = cs->slots[k.slot];
-    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s) return abi::success;
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
-    if (t) relaxed_max(s.gpu_hi, t);
-    else s.gpu_missing.store(true, std::memory_order_relaxed);
+    if (t) relaxed_max(s->gpu_hi, t);
+    else s->gpu_missing.store(true, std::memory_order_relaxed);
     return abi::success;
   }
 
@@ -352,6 +353,14 @@ class plugin_state {
   comm_state* live_comm(std::uint32_t idx) const noexcept {
     return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_acquire) : nullptr;
   }
+  /// The live op a decoded handle names, or nullptr (unknown comm, out of range, stale generation).
+  op_slot* find_op(const decoded& k, comm_state*& cs) const noexcept {
+    cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->pool_size) return nullptr;
+    op_slot& s = cs->slots[k.slot];
+    return (s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) == k.gen ? &s : nullptr;
+  }
+
   comm_state* comm_from_context(void* context) const noexcept {
     const decoded k = decode(context);
     if (k.kind != handle_kind::op || k.slot != 0xFFFF) return nullptr;
@@ -466,37 +475,35 @@ class plugin_state {
   result_t start_channel(void** handle, void* parent, std::uint8_t channel, std::uint64_t gpu_start) noexcept {
     const decoded k = decode(parent);
     if (k.kind != handle_kind::op) return abi::success;
-    comm_state* cs = live_comm(k.comm);
-    if (!cs || k.slot >= cs->pool_size) return abi::success;
-    op_slot& s = cs->slots[k.slot];
-    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s) return abi::success;
     if (gpu_start)
-      relaxed_min(s.gpu_lo, gpu_start);
+      relaxed_min(s->gpu_lo, gpu_start);
     else {
-      s.gpu_missing.store(true, std::memory_order_relaxed);
-      relaxed_min(s.cpu_lo, precise_ns());
+      s->gpu_missing.store(true, std::memory_order_relaxed);
+      relaxed_min(s->cpu_lo, precise_ns());
     }
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
     return abi::success;
   }
 
   result_t stop_channel(const decoded& k) noexcept {
-    comm_state* cs = live_comm(k.comm);
-    if (!cs || k.slot >= cs->pool_size) return abi::success;
-    op_slot& s = cs->slots[k.slot];
-    if ((s.gen.load(std::memory_order_acquire) & 0x3FFFFFu) != k.gen) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* op = find_op(k, cs);
+    if (!op) return abi::success;
+    op_slot& s = *op;
     if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
     const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (stopped == s.expected_ch) {
-      complete(*cs, k.slot, s, false);
+      complete(*cs, s, false);
       drop_ref(*cs, k.slot, s);
     }
     return abi::success;
   }
 
   /// Builds the record from the channel timestamps and hands it to the collector.
-  void complete(comm_state& cs, std::uint32_t idx, op_slot& s, bool enqueue_only) noexcept {
-    (void)idx;
+  void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
     op_record r = s.rec;
     const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
     if (!enqueue_only && !s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
