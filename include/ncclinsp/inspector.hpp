@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/log.hpp"
 #include "ncclinsp/model.hpp"
@@ -290,36 +291,18 @@ class basic_inspector {
   /// Per-communicator in-flight table (lock-free bitmap of start times), kept until destruction.
   struct comm_extra {
     explicit comm_extra(std::uint32_t n)
-        : size(n ? n : 1), words((size + 63) / 64), used(new std::atomic<std::uint64_t>[words]()),
-          started_at(new std::atomic<std::uint64_t>[size]()), gens(new std::atomic<std::uint32_t>[size]()) {}
-    std::uint32_t size, words;
-    std::unique_ptr<std::atomic<std::uint64_t>[]> used;
+        : size(n ? n : 1), slots(size), started_at(new std::atomic<std::uint64_t>[size]()), gens(new std::atomic<std::uint32_t>[size]()) {}
+    std::uint32_t size;
+    detail::slot_bitmap slots;
     std::unique_ptr<std::atomic<std::uint64_t>[]> started_at;  // steady ns, 0 = free
     std::unique_ptr<std::atomic<std::uint32_t>[]> gens;        // guards against a double end()
-    alignas(detail::cache_line) std::atomic<std::uint32_t> hint{0};
 
-    std::uint32_t alloc() noexcept {
-      const std::uint32_t start = hint.load(std::memory_order_relaxed);
-      for (std::uint32_t k = 0; k < words; ++k) {
-        const std::uint32_t w = (start + k) % words;
-        std::uint64_t cur = used[w].load(std::memory_order_relaxed);
-        while (~cur) {
-          const auto bit = static_cast<std::uint32_t>(__builtin_ctzll(~cur));
-          const std::uint32_t idx = w * 64 + bit;
-          if (idx >= size) break;
-          if (used[w].compare_exchange_weak(cur, cur | (std::uint64_t{1} << bit), std::memory_order_acquire)) {
-            if (w != start) hint.store(w, std::memory_order_relaxed);
-            return idx;
-          }
-        }
-      }
-      return no_slot;
-    }
+    std::uint32_t alloc() noexcept { return slots.alloc(); }
     void free(std::uint32_t idx, std::uint32_t gen) noexcept {
       std::uint32_t g = gen;
       if (!gens[idx].compare_exchange_strong(g, gen + 1, std::memory_order_relaxed)) return;  // ended twice
       started_at[idx].store(0, std::memory_order_relaxed);
-      used[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+      slots.release(idx);
     }
     std::uint64_t oldest() const noexcept {
       std::uint64_t best = 0;

@@ -34,6 +34,7 @@
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/options.hpp"
+#include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/version.hpp"
@@ -89,41 +90,24 @@ struct alignas(detail::cache_line) op_slot {
 
 /// One communicator on this rank.
 struct comm_state {
+  explicit comm_state(std::uint32_t pool) : pool_size(pool), slots(new op_slot[pool]), free(pool) {}
   comm_handle handle = invalid_comm;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
-  std::uint32_t pool_size = 0;
+  std::uint32_t pool_size;
   std::unique_ptr<op_slot[]> slots;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> used;  // allocation bitmap
-  alignas(detail::cache_line) std::atomic<std::uint32_t> hint{0};
+  detail::slot_bitmap free;  // which slots are in use
   std::atomic<std::uint64_t> p2p_seq{0};
 
-  std::uint32_t words() const noexcept { return (pool_size + 63) / 64; }
   /// Lock-free slot allocation; UINT32_MAX when the pool is full.
-  std::uint32_t alloc() noexcept {
-    const std::uint32_t n = words(), start = hint.load(std::memory_order_relaxed);
-    for (std::uint32_t k = 0; k < n; ++k) {
-      const std::uint32_t w = (start + k) % n;
-      std::uint64_t cur = used[w].load(std::memory_order_relaxed);
-      while (~cur) {
-        const int bit = __builtin_ctzll(~cur);
-        const std::uint32_t idx = w * 64 + static_cast<std::uint32_t>(bit);
-        if (idx >= pool_size) break;
-        if (used[w].compare_exchange_weak(cur, cur | (std::uint64_t{1} << bit), std::memory_order_acquire)) {
-          if (w != start) hint.store(w, std::memory_order_relaxed);
-          return idx;
-        }
-      }
-    }
-    return UINT32_MAX;
-  }
+  std::uint32_t alloc() noexcept { return free.alloc(); }
   void release(std::uint32_t idx) noexcept {
     slots[idx].enqueued_at.store(0, std::memory_order_relaxed);
-    // Only the last reference holder releases, and the slot stays marked used until the fetch_and
+    // Only the last reference holder releases, and the slot stays marked used until free.release
     // below, so gen has one writer here: a plain increment, no locked RMW (hot path).
     std::atomic<std::uint32_t>& g = slots[idx].gen;
     g.store(g.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    used[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+    free.release(idx);
   }
   /// Coarse start time of the oldest in-flight op, 0 if none (exporter thread).
   std::uint64_t oldest() const noexcept {
@@ -165,13 +149,9 @@ class plugin_state {
                                  "); running without ncclinsp for this communicator");
         return abi::invalid_argument;
       }
-      auto cs = std::make_unique<comm_state>();
+      const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
+      auto cs = std::make_unique<comm_state>(pool > 65535 ? 65535 : pool);  // 16 handle bits
       cs->nranks = nranks;
-      cs->pool_size = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      if (cs->pool_size > 65535) cs->pool_size = 65535;
-      cs->slots.reset(new op_slot[cs->pool_size]);
-      cs->used.reset(new std::atomic<std::uint64_t>[cs->words()]);
-      for (std::uint32_t w = 0; w < cs->words(); ++w) cs->used[w].store(0, std::memory_order_relaxed);
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       comm_state* raw = cs.get();
       const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(), .hash = hash, .rank = rank, .nranks = nranks,
