@@ -29,7 +29,7 @@ stage "test"
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600)
 
 # Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
-# bench/examples/tools. ASan+UBSan: the unit, plugin and reliability suites (LeakSanitizer included;
+# bench/examples/tools. ASan+UBSan: the unit, plugin, reliability and embedded suites (LeakSanitizer included;
 # forked plugin children run it before _exit). TSan: the concurrency tests.
 SAN_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
             -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
@@ -41,10 +41,10 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
 
   stage "asan+ubsan: configure and build (build-rel-asan)"
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
-  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability
+  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded
   stage "asan+ubsan: test"
   (cd build-rel-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 \
-     -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability)):")
+     -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability|embedded)):")
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null

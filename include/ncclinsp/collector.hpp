@@ -6,11 +6,15 @@
 /// after a thread's first call (its shard is allocated then), and each thread writes only its own
 /// shard's cache lines. Per-communicator completion counters live on their own cache line, written
 /// by the thread that completes that communicator's ops (NCCL's proxy/profiler thread).
-/// Cold path (add_comm, retire_comm): thread-safe, takes a mutex. A retired communicator is
-/// exported once more, then its slot and its cells are reused (cells lazily, by the thread that
-/// owns them), so creating and destroying communicators keeps memory bounded.
+/// Cold path (add_comm, retire_comm): thread-safe, takes a mutex. A retired communicator keeps
+/// being exported with its final values for collector_options::retired_retention (so a scraper
+/// polling less often than the exporter writes still sees them), then its slot and its cells are
+/// reused (cells lazily, by the thread that owns them). When the table is full, the oldest retired
+/// communicator gives up its slot early, so creating and destroying communicators keeps memory
+/// bounded.
 /// take_snapshot(): one consumer thread at a time (the exporter).
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -41,6 +45,10 @@ struct collector_options {
   /// Turn v7 user tags into a bounded label (Traits::max_user_tags distinct values).
   bool user_tag_label = false;
   process_identity identity{};
+  /// How long a retired (finalized) communicator stays in snapshots with its final values; 0 =
+  /// exported once more, then dropped. Keep it above the scrape interval of whoever reads the
+  /// exports, or the last values of a short-lived communicator may never be scraped.
+  std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
 };
 
 /// Handle of a registered communicator; cheap to copy.
@@ -50,9 +58,9 @@ inline constexpr comm_handle invalid_comm = ~comm_handle{0};
 template <class Traits = default_traits>
 class collector {
  public:
-  /// Returns the CPU steady time (ns) at which the oldest in-flight op of a communicator started,
+  /// Returns the CPU steady time (ns) at which the oldest in-flight op of communicator `h` started,
   /// or 0 when none. Called on the exporter thread while the communicator is live.
-  using inflight_probe = std::function<std::uint64_t()>;
+  using inflight_probe = std::function<std::uint64_t(comm_handle h)>;
 
   explicit collector(collector_options opts = {}) : opts_(std::move(opts)), comms_(new comm_slot[Traits::max_comms]) {
     free_comms_.reserve(Traits::max_comms);
@@ -72,6 +80,8 @@ class collector {
       free_comms_.erase(free_comms_.begin());
     } else if (n_comms_ < Traits::max_comms) {
       h = n_comms_++;
+    } else if ((h = oldest_retired()) != invalid_comm) {
+      // Table full: the longest-retired communicator stops being exported early.
     } else {
       comm_table_full_.fetch_add(1, std::memory_order_relaxed);
       return invalid_comm;
@@ -91,16 +101,18 @@ class collector {
     return h;
   }
 
-  /// Marks a communicator finalized (cold): it appears once more, flagged retired, then no more.
-  /// `abandoned` = ops still in flight that will never complete.
+  /// Marks a communicator finalized (cold): it is exported, flagged retired, for the retention
+  /// period, then no more. `abandoned` = ops still in flight that will never complete.
   void retire_comm(comm_handle h, std::uint64_t abandoned) noexcept {
     if (h >= Traits::max_comms) return;
     std::lock_guard lk(mu_);
     comm_slot& c = comms_[h];
     c.abandoned.fetch_add(abandoned, std::memory_order_relaxed);
     c.probe = nullptr;
-    if ((c.state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_live)
+    if ((c.state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_live) {
+      c.retired_steady = steady_ns();
       c.state_gen.store(comm_retired | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
+    }
   }
 
   /// Hot: an op of `h` was handed to the GPU (in-flight accounting).
@@ -179,6 +191,7 @@ class collector {
   snapshot take_snapshot(bool final = false) {
     snapshot snap;
     std::vector<std::uint32_t> gone_now;
+    const auto retention_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(opts_.retired_retention).count());
     snap.final = final;
     snap.time_unix_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -186,11 +199,13 @@ class collector {
     snap.identity = opts_.identity;
     snap.comm_table_full = comm_table_full_.load(std::memory_order_relaxed);
 
-    // Communicators: a retired one is exported once more (its final values), then skipped.
+    // Communicators: a retired one is exported (its final values) until its retention ends.
     std::vector<std::uint32_t> comm_index(Traits::max_comms, ~0u);
     std::vector<std::uint8_t> comm_gen(Traits::max_comms, 0);
+    std::vector<bool> keep_window(Traits::max_comms, false);  // window state still needed next time
     {
       std::lock_guard lk(mu_);
+      snap.departed = departed_;  // before this snapshot's last appearances are folded in
       for (std::uint32_t i = 0; i < n_comms_; ++i) {
         comm_slot& c = comms_[i];
         const std::uint32_t sg = c.state_gen.load(std::memory_order_acquire);
@@ -200,6 +215,8 @@ class collector {
         comm_snapshot cs;
         cs.desc = c.desc;
         cs.retired = st == comm_retired;
+        cs.newly_retired = cs.retired && !c.retired_reported;
+        c.retired_reported = cs.retired;
         cs.started = c.started.load(std::memory_order_relaxed);
         cs.completed = c.completed.load(std::memory_order_relaxed);
         cs.abandoned = c.abandoned.load(std::memory_order_relaxed);
@@ -207,7 +224,7 @@ class collector {
         cs.inflight = cs.started > done ? cs.started - done : 0;
         if (cs.inflight && c.probe) {
           std::uint64_t oldest = 0;
-          try { oldest = c.probe(); } catch (...) {}
+          try { oldest = c.probe(i); } catch (...) {}
           if (oldest && oldest < now_steady) cs.oldest_inflight_age_s = static_cast<double>(now_steady - oldest) * 1e-9;
         }
         if (cs.completed != c.seen_completed) {
@@ -219,9 +236,12 @@ class collector {
         for (std::size_t r = 0; r < cs.dropped.size(); ++r) cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
         cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
         cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
-        if (cs.retired) {
+        if (cs.retired && now_steady - c.retired_steady >= retention_ns) {
           c.state_gen.store(comm_gone | (sg & ~0xFFu), std::memory_order_release);
+          fold_departed(cs.desc, cs.dropped, cs.filtered);
           gone_now.push_back(i);
+        } else {
+          keep_window[i] = true;
         }
         comm_index[i] = static_cast<std::uint32_t>(snap.comms.size());
         snap.comms.push_back(std::move(cs));
@@ -261,14 +281,13 @@ class collector {
       prev = t;
       snap.cells.push_back(cs);
     }
-    // Exported for the last time: forget their window state and free their slots for reuse.
+    // Forget the window state of communicators exported for the last time (or whose slot was
+    // taken over), and free the slots of the former for reuse.
+    std::erase_if(prev_, [&](const auto& kv) {
+      const std::uint32_t h = key_comm(kv.first);
+      return h >= Traits::max_comms || !keep_window[h] || key_gen(kv.first) != comm_gen[h];
+    });
     if (!gone_now.empty()) {
-      for (auto it = prev_.begin(); it != prev_.end();) {
-        const std::uint32_t h = key_comm(it->first);
-        bool gone = false;
-        for (auto g : gone_now) gone = gone || g == h;
-        it = gone ? prev_.erase(it) : std::next(it);
-      }
       std::lock_guard lk(mu_);
       for (auto g : gone_now) free_comms_.push_back(g);
     }
@@ -324,6 +343,8 @@ class collector {
     std::atomic<std::uint32_t> state_gen{comm_free};  // state (8 bits) | generation (4 bits) << 8
     comm_desc desc;
     inflight_probe probe;
+    std::uint64_t retired_steady = 0;      // under the collector mutex
+    bool retired_reported = false;         // under the collector mutex
     std::uint64_t seen_completed = 0;      // exporter only
     std::uint64_t last_change_steady = 0;  // exporter only
 
@@ -335,6 +356,8 @@ class collector {
       for (auto& v : last_seq_plus1) v.store(0, std::memory_order_relaxed);
       for (auto& v : dropped) v.store(0, std::memory_order_relaxed);
       abandoned.store(0, std::memory_order_relaxed);
+      retired_steady = 0;
+      retired_reported = false;
       seen_completed = 0;
       last_change_steady = 0;
     }
@@ -375,6 +398,31 @@ class collector {
       a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
     else
       a.fetch_add(v, std::memory_order_relaxed);
+  }
+
+  /// The communicator retired longest ago, marked gone so its slot can be taken over; invalid_comm
+  /// when none is retired. Caller holds mu_.
+  comm_handle oldest_retired() noexcept {
+    comm_handle best = invalid_comm;
+    for (std::uint32_t i = 0; i < n_comms_; ++i)
+      if ((comms_[i].state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_retired &&
+          (best == invalid_comm || comms_[i].retired_steady < comms_[best].retired_steady))
+        best = i;
+    if (best == invalid_comm) return best;
+    comm_slot& c = comms_[best];
+    c.state_gen.store(comm_gone | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
+    decltype(comm_snapshot::dropped) dropped{};
+    for (std::size_t r = 0; r < dropped.size(); ++r) dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
+    fold_departed(c.desc, dropped, {c.filtered_min_size.load(std::memory_order_relaxed), c.filtered_no_gpu.load(std::memory_order_relaxed)});
+    return best;
+  }
+
+  /// Adds a communicator that stops being exported to its GPU's departed counts. Caller holds mu_.
+  void fold_departed(const comm_desc& d, const decltype(comm_snapshot::dropped)& dropped, const decltype(comm_snapshot::filtered)& filtered) {
+    auto it = std::find_if(departed_.begin(), departed_.end(), [&](const departed_counts& x) { return x.gpu.uuid == d.uuid && x.gpu.device == d.device; });
+    if (it == departed_.end()) it = departed_.insert(departed_.end(), departed_counts{.gpu = d});
+    for (std::size_t r = 0; r < dropped.size(); ++r) it->dropped[r] += dropped[r];
+    for (std::size_t r = 0; r < filtered.size(); ++r) it->filtered[r] += filtered[r];
   }
 
   shard* get_shard(std::uint32_t idx) noexcept {
@@ -487,6 +535,7 @@ class collector {
   std::unique_ptr<comm_slot[]> comms_;
   std::uint32_t n_comms_ = 0;             // guarded by mu_
   std::vector<comm_handle> free_comms_;   // guarded by mu_: slots exported for the last time
+  std::vector<departed_counts> departed_; // guarded by mu_: one entry per GPU seen
   std::mutex mu_;
   std::array<std::atomic<shard*>, Traits::max_shards> shards_{};
   std::array<std::atomic<std::uint64_t>, Traits::max_user_tags> tags_{};

@@ -71,6 +71,8 @@ struct inspector_options {
   std::uint32_t record_ring_capacity = 0;
   /// v7-style user tags (op_record::user_tag) become a bounded `user_tag` label.
   bool user_tag_label = false;
+  /// A removed communicator's final values stay in the exports this long (collector_options).
+  std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
   log_fn log{};
 
   /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
@@ -103,6 +105,7 @@ struct inspector_options {
     r.enable_p2p = o.enable_p2p;
     r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
     r.user_tag_label = o.user_tag_label;
+    r.retired_retention = std::chrono::seconds(o.retain_finalized_s);
     r.log = log;
     if (!o.enable) return r;
     r.record_ring_capacity = record_ring_for(o);
@@ -158,7 +161,7 @@ class basic_inspector {
   explicit basic_inspector(inspector_options o = {})
       : opts_(std::move(o)),
         col_(collector_options{.record_ring_capacity = opts_.record_ring_capacity, .user_tag_label = opts_.user_tag_label,
-                               .identity = with_embedded_abi(opts_.identity)}),
+                               .identity = with_embedded_abi(opts_.identity), .retired_retention = opts_.retired_retention}),
         extras_(new std::atomic<comm_extra*>[Traits::max_comms]()) {
     source_.self = this;
     if (!opts_.enabled) return;
@@ -186,19 +189,25 @@ class basic_inspector {
   /// as ncclinsp_dropped_events_total{reason="comm_table_full"}) or the inspector is disabled.
   comm_handle add_comm(comm_info c) {
     if (!opts_.enabled) return invalid_comm;
-    auto extra = std::make_unique<comm_extra>(opts_.inflight_pool);
-    comm_extra* raw = extra.get();
     if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
     const comm_handle h = col_.add_comm({.name = std::move(c.name), .hash = c.hash, .rank = c.rank, .nranks = c.nranks > 0 ? c.nranks : 1,
                                          .nnodes = c.nnodes > 0 ? c.nnodes : 1, .device = c.device, .uuid = std::move(c.uuid)},
-                                        [raw] { return raw->oldest(); });
+                                        [this](comm_handle slot) {
+                                          const comm_extra* e = extras_[slot].load(std::memory_order_acquire);
+                                          return e ? e->oldest() : std::uint64_t{0};
+                                        });
     if (h == invalid_comm) return h;
-    extras_[h].store(extra.release(), std::memory_order_release);
+    // A reused slot keeps its in-flight table (a late end() of the previous communicator may still
+    // touch it), emptied; otherwise one is made. Tables live until the inspector is destroyed.
+    if (comm_extra* e = extras_[h].load(std::memory_order_acquire))
+      e->reset();
+    else
+      extras_[h].store(new comm_extra(opts_.inflight_pool), std::memory_order_release);
     return h;
   }
 
-  /// The communicator was destroyed: it is exported once more, then no more. Ops still in flight
-  /// count as abandoned. Record/begin/end on it afterwards are ignored or land in its last export.
+  /// The communicator was destroyed: its final values stay in the exports for
+  /// inspector_options::retired_retention, then no more. Ops still in flight count as abandoned. Record/begin/end on it afterwards are ignored or land in its last export.
   void remove_comm(comm_handle h) noexcept {
     if (h >= Traits::max_comms) return;
     comm_extra* e = extras_[h].load(std::memory_order_acquire);
@@ -316,6 +325,11 @@ class basic_inspector {
       std::uint64_t n = 0;
       for (std::uint32_t i = 0; i < size; ++i) n += started_at[i].load(std::memory_order_relaxed) != 0;
       return n;
+    }
+    /// Frees the slots the previous communicator left in flight (cold, on slot reuse).
+    void reset() noexcept {
+      for (std::uint32_t i = 0; i < size; ++i)
+        if (started_at[i].load(std::memory_order_relaxed)) free(i, gens[i].load(std::memory_order_relaxed));
     }
   };
 

@@ -51,6 +51,7 @@ struct options {
   bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
   std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
   std::int64_t exit_flush_ms = 2000;     ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
+  std::int64_t retain_finalized_s = 120; ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
 
   /// Effective export interval in ms; 0 means "only at flush/teardown".
@@ -233,6 +234,7 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
   e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
   e.integer("NCCLINSP_EXIT_FLUSH_MS", o.exit_flush_ms, 0, 600000);
+  e.integer("NCCLINSP_RETAIN_FINALIZED_S", o.retain_finalized_s, 0, 86400);
   return o;
 }
 
@@ -253,6 +255,7 @@ inline std::string options::describe() const {
   std::string lb;
   for (const auto& [k, v] : labels) lb += (lb.empty() ? "" : ",") + k + "=" + v;
   kv("labels", lb.empty() ? "-" : lb);
+  kv("retain_finalized", std::to_string(retain_finalized_s) + "s");
   kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
   return s;
 }

@@ -69,7 +69,8 @@ struct cell_snapshot {
 
 struct comm_snapshot {
   comm_desc desc;
-  bool retired = false;        ///< finalized; this is its last appearance
+  bool retired = false;        ///< finalized: final values, exported for the retention period
+  bool newly_retired = false;  ///< retired, and this is its first export since
   std::uint64_t started = 0;
   std::uint64_t completed = 0;
   std::uint64_t abandoned = 0;
@@ -77,6 +78,14 @@ struct comm_snapshot {
   double oldest_inflight_age_s = 0;
   double since_last_completion_s = -1;  ///< -1: nothing completed yet
   std::array<std::uint64_t, func_count> last_seq_plus1{};  ///< 0 = none completed
+  std::array<std::uint64_t, static_cast<std::size_t>(drop_reason::count_)> dropped{};
+  std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
+};
+
+/// Drop and filter counts of one GPU's communicators that are no longer exported, so per-GPU
+/// counters summed over communicators never go backwards.
+struct departed_counts {
+  comm_desc gpu;  ///< device and uuid of the GPU (name and hash of the first departed communicator)
   std::array<std::uint64_t, static_cast<std::size_t>(drop_reason::count_)> dropped{};
   std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
 };
@@ -95,6 +104,7 @@ struct snapshot {
   std::vector<record_entry> records;  ///< per-op records drained since the last snapshot
   std::vector<std::uint64_t> user_tags;
   std::uint64_t comm_table_full = 0;
+  std::vector<departed_counts> departed;  ///< per GPU; add to the sums over `comms`
 };
 
 }  // namespace ncclinsp

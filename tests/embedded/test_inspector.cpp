@@ -135,7 +135,8 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
 
 TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, cancel and filters", "[embedded]") {
   capture cap;
-  inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .min_size_bytes = 1024, .inflight_pool = 2});
+  inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .min_size_bytes = 1024, .inflight_pool = 2,
+                  .retired_retention = std::chrono::milliseconds(0)});
   const comm_handle h = insp.add_comm({.name = "dp", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
   auto a = insp.begin(h, func::all_reduce, 1 << 20);
   auto b = insp.begin(h, func::all_reduce, 1 << 20);
@@ -161,10 +162,48 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_filtered_ops_total", {"reason=\"min_size\""}) == 1);
   CHECK(sample(*cap.text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 3);
 
+  auto left = insp.begin(h, func::all_reduce, 1 << 20);  // never ends: abandoned at removal
+  CHECK(left.counted);
   insp.remove_comm(h);
-  REQUIRE(insp.flush());  // exported once more, then gone
+  REQUIRE(insp.flush());  // retention 0: exported once more, then gone
+  CHECK(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"dp\""}) == 1);
   REQUIRE(insp.flush());
   CHECK(cap.text->find("comm_name=\"dp\"") == std::string::npos);
+
+  // The next communicator reuses the slot and its in-flight table, emptied: both pool entries free.
+  const comm_handle h2 = insp.add_comm({.name = "dp2", .hash = 2, .nranks = 2, .device = 0, .uuid = "GPU-0"});
+  CHECK(h2 == h);
+  auto n1 = insp.begin(h2, func::all_reduce, 1 << 20);
+  auto n2 = insp.begin(h2, func::all_reduce, 1 << 20);
+  REQUIRE(insp.flush());
+  CHECK(sample(*cap.text, "ncclinsp_inflight_ops", {"comm_name=\"dp2\""}) == 2);
+  // Per-GPU counters never go backwards: dp's one pool drop is still counted, dp2 added none.
+  CHECK(sample(*cap.text, "ncclinsp_dropped_events_total", {"reason=\"op_pool_full\""}) == 1);
+  CHECK(sample(*cap.text, "ncclinsp_filtered_ops_total", {"reason=\"min_size\""}) == 1);
+  insp.end(n1, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
+  insp.end(n2, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
+}
+
+TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-flight tables (no leak under LSan)", "[embedded]") {
+  capture cap;
+  inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .inflight_pool = 4});
+  // Default retention (120 s): once the 4096 slots are taken, the longest-removed one is taken over.
+  constexpr int lifetimes = static_cast<int>(default_traits::max_comms) + 500;
+  std::set<comm_handle> handles;
+  for (int i = 0; i < lifetimes; ++i) {
+    const comm_handle h = insp.add_comm({.name = "life" + std::to_string(i), .hash = static_cast<std::uint64_t>(i), .nranks = 2, .uuid = "GPU-0"});
+    REQUIRE(h != invalid_comm);
+    handles.insert(h);
+    auto t = insp.begin(h, func::all_reduce, 1 << 20);
+    if (i % 2) insp.end(t, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 10'000));  // else: abandoned
+    insp.remove_comm(h);
+  }
+  CHECK(handles.size() == default_traits::max_comms);
+  REQUIRE(insp.flush());
+  CHECK(sample(*cap.text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 0);
+  CHECK(std::isnan(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"life0\""})));  // slot taken over: gone
+  CHECK(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"life" + std::to_string(lifetimes - 2) + "\""}) == 1);
+  CHECK(sample(*cap.text, "ncclinsp_ops_total", {"comm_name=\"life" + std::to_string(lifetimes - 1) + "\""}) == 1);
 }
 
 TEST_CASE("inspector: concurrent recording threads, disabled inspector, from_env mapping", "[embedded]") {

@@ -338,6 +338,8 @@ TEST_CASE("dump directory read-only (tmpfs remount): a warning, no crash, writte
 namespace {
 /// Disk full while a good file exists: the old file stays complete, no temp file is visible, one
 /// warning; once space is back the next export writes the current values.
+// Run with NCCLINSP_RETAIN_FINALIZED_S=0: the 200 short-lived communicators must leave the file
+// once written, or it never fits the small disk again.
 int disk_full_scenario(const std::string& dir, const std::function<void()>& fill, const std::function<void()>& unfill) {
   sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
   set_device(2);
@@ -376,6 +378,7 @@ TEST_CASE("disk full (RLIMIT_FSIZE): no partial file visible, a warning, retried
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  env["NCCLINSP_RETAIN_FINALIZED_S"] = "0";
   CHECK(in_child(env, [&] {
           rlimit old{};
           ::getrlimit(RLIMIT_FSIZE, &old);
@@ -399,6 +402,7 @@ TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried 
   }
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  env["NCCLINSP_RETAIN_FINALIZED_S"] = "0";
   const std::string filler = dir + "/filler";
   CHECK(in_child(env, [&] {
           return disk_full_scenario(

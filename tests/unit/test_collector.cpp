@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "ncclinsp/collector.hpp"
@@ -171,9 +173,9 @@ TEST_CASE("per-op records reach the snapshot in order, ring overflow is counted"
 }
 
 TEST_CASE("in-flight, oldest age, retirement and abandoned ops", "[collector]") {
-  collector<> col;
+  collector<> col({.retired_retention = std::chrono::milliseconds(0)});
   const std::uint64_t started_at = collector<>::steady_ns() - 3'000'000'000ull;
-  const auto h = col.add_comm(desc("life"), [&] { return started_at; });
+  const auto h = col.add_comm(desc("life"), [&](comm_handle) { return started_at; });
   for (int i = 0; i < 3; ++i) col.note_started(h);
   col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
   auto s = col.take_snapshot();
@@ -229,7 +231,7 @@ struct small_traits : default_traits {
 
 TEST_CASE("finalized communicators free their slot and their cells", "[collector]") {
   // 3 comm slots and 8 cells per shard, 200 communicator lifetimes with 2 cells each.
-  collector<small_traits> col;
+  collector<small_traits> col({.retired_retention = std::chrono::milliseconds(0)});
   for (int life = 0; life < 200; ++life) {
     const auto h = col.add_comm(desc("life"));
     REQUIRE(h != invalid_comm);
@@ -244,4 +246,107 @@ TEST_CASE("finalized communicators free their slot and their cells", "[collector
     for (const auto& c : s.cells) CHECK(c.total.ops == 1);
   }
   CHECK(col.take_snapshot().comm_table_full == 0);
+}
+
+TEST_CASE("a retired communicator keeps its final values for the retention period", "[collector]") {
+  collector<> col({.record_ring_capacity = 0, .retired_retention = std::chrono::milliseconds(300)});
+  const auto gone = col.add_comm(desc("short-lived"));
+  const auto live = col.add_comm(desc("long-lived"));
+  col.record(gone, make_op(func::all_reduce, 1 << 20, 1000));
+  col.record(live, make_op(func::all_reduce, 1 << 20, 1000));
+  col.retire_comm(gone, 0);
+  const auto find = [](const snapshot& s, const std::string& name) -> const comm_snapshot* {
+    for (const auto& c : s.comms)
+      if (c.desc.name == name) return &c;
+    return nullptr;
+  };
+  const auto ops_of = [](const snapshot& s, std::uint32_t comm) {
+    std::uint64_t n = 0;
+    for (const auto& c : s.cells) n += c.comm == comm ? c.total.ops : 0;
+    return n;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = col.take_snapshot();
+  REQUIRE(find(s, "short-lived"));
+  CHECK(find(s, "short-lived")->retired);
+  CHECK(find(s, "short-lived")->newly_retired);
+  CHECK(ops_of(s, static_cast<std::uint32_t>(find(s, "short-lived") - s.comms.data())) == 1);
+  s = col.take_snapshot();
+  if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(250)) {  // still retained
+    REQUIRE(find(s, "short-lived"));
+    CHECK(find(s, "short-lived")->retired);
+    CHECK_FALSE(find(s, "short-lived")->newly_retired);
+    CHECK(ops_of(s, static_cast<std::uint32_t>(find(s, "short-lived") - s.comms.data())) == 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  s = col.take_snapshot();  // retention over: this is its last appearance
+  REQUIRE(find(s, "short-lived"));
+  s = col.take_snapshot();
+  CHECK_FALSE(find(s, "short-lived"));
+  REQUIRE(find(s, "long-lived"));
+  CHECK(s.cells.size() == 1);
+  // The freed slot is reused with fresh counters.
+  const auto again = col.add_comm(desc("next"));
+  CHECK(again == gone);
+  col.record(again, make_op(func::all_gather, 1 << 20, 1000));
+  s = col.take_snapshot();
+  REQUIRE(find(s, "next"));
+  CHECK(find(s, "next")->completed == 1);
+  CHECK(ops_of(s, static_cast<std::uint32_t>(find(s, "next") - s.comms.data())) == 1);
+}
+
+TEST_CASE("a full table takes over the slot of the longest-retired communicator", "[collector]") {
+  collector<few_comms> col;  // default retention (120 s): nothing expires during this test
+  const auto a = col.add_comm(desc("a"));
+  const auto b = col.add_comm(desc("b"));
+  const auto c = col.add_comm(desc("c"));
+  for (auto h : {a, b, c}) col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
+  col.retire_comm(b, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  col.retire_comm(a, 0);
+  auto s = col.take_snapshot();
+  CHECK(s.comms.size() == 3);
+  const auto d = col.add_comm(desc("d"));  // table full: b retired first, so b gives up its slot
+  CHECK(d == b);
+  col.record(d, make_op(func::all_gather, 1 << 20, 1000));
+  s = col.take_snapshot();
+  std::vector<std::string> names;
+  for (const auto& x : s.comms) names.push_back(x.desc.name);
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"a", "c", "d"});
+  for (const auto& cell : s.cells) {
+    const auto& owner = s.comms[cell.comm].desc.name;
+    CHECK(cell.total.ops == 1);
+    CHECK((owner == "d") == (cell.fn == func::all_gather));
+  }
+  CHECK(s.comm_table_full == 0);
+  const auto e = col.add_comm(desc("e"));  // a is the only retired one left
+  CHECK(e == a);
+  CHECK(col.add_comm(desc("f")) == invalid_comm);  // none retired: counted
+  CHECK(col.take_snapshot().comm_table_full == 1);
+}
+
+TEST_CASE("drop and filter counts of departed communicators stay in their GPU's totals", "[collector]") {
+  collector<> col({.retired_retention = std::chrono::milliseconds(0)});
+  const auto a = col.add_comm(desc("a"));
+  col.note_dropped(a, drop_reason::op_pool_full);
+  col.note_filtered(a, filter_reason::min_size);
+  col.retire_comm(a, 0);
+  auto s = col.take_snapshot();  // last appearance: counted in the communicator itself
+  REQUIRE(s.comms.size() == 1);
+  CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::op_pool_full)] == 1);
+  CHECK(s.departed.empty());
+  s = col.take_snapshot();  // gone: counted in departed, once
+  CHECK(s.comms.empty());
+  REQUIRE(s.departed.size() == 1);
+  CHECK(s.departed[0].gpu.uuid == desc("a").uuid);
+  CHECK(s.departed[0].dropped[static_cast<std::size_t>(drop_reason::op_pool_full)] == 1);
+  CHECK(s.departed[0].filtered[static_cast<std::size_t>(filter_reason::min_size)] == 1);
+  const auto b = col.add_comm(desc("b"));  // same GPU: one entry, summed
+  col.note_dropped(b, drop_reason::op_pool_full);
+  col.retire_comm(b, 0);
+  col.take_snapshot();
+  s = col.take_snapshot();
+  REQUIRE(s.departed.size() == 1);
+  CHECK(s.departed[0].dropped[static_cast<std::size_t>(drop_reason::op_pool_full)] == 2);
 }

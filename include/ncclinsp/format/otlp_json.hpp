@@ -221,20 +221,22 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
 
   // ---- per GPU: dropped and filtered -----------------------------------------------------------
   std::map<attribute_list, double> dropped, filtered;
-  for (const auto& c : snap.comms) {
+  auto per_gpu = [&](const comm_desc& d, const auto& drops, const auto& filters) {
     for (std::size_t r = 0; r < drop_reason_names.size(); ++r) {
-      attribute_list a = identity_labels(snap, c.desc);
+      attribute_list a = identity_labels(snap, d);
       a.emplace_back("reason", drop_reason_names[r]);
       add_user_labels(a, snap);
-      dropped[a] += static_cast<double>(c.dropped[r]);
+      dropped[a] += static_cast<double>(drops[r]);
     }
     for (std::size_t r = 0; r < filter_reason_names.size(); ++r) {
-      attribute_list a = identity_labels(snap, c.desc);
+      attribute_list a = identity_labels(snap, d);
       a.emplace_back("reason", filter_reason_names[r]);
       add_user_labels(a, snap);
-      filtered[a] += static_cast<double>(c.filtered[r]);
+      filtered[a] += static_cast<double>(filters[r]);
     }
-  }
+  };
+  for (const auto& c : snap.comms) per_gpu(c.desc, c.dropped, c.filtered);
+  for (const auto& d : snap.departed) per_gpu(d.gpu, d.dropped, d.filtered);
   otlp_metric& dm = metric("ncclinsp_dropped_events", "{event}", otlp_metric::sum_int, "Events lost, by reason (never silent).");
   for (const auto& [a, v] : dropped) number_point(dm, a, start, now, v);
   otlp_metric& fm = metric("ncclinsp_filtered_ops", "{op}", otlp_metric::sum_int, "Operations skipped on purpose, by reason.");

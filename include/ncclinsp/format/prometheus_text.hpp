@@ -190,6 +190,7 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   for (std::size_t r = 0; r < drop_reason_names.size(); ++r) {
     double n = 0;
     for (const auto* c : comms) n += static_cast<double>(c->dropped[r]);
+    for (const auto& d : snap.departed) n += d.gpu.uuid == uuid ? static_cast<double>(d.dropped[r]) : 0.0;
     if (r == static_cast<std::size_t>(drop_reason::comm_table_full)) n += static_cast<double>(snap.comm_table_full);
     sample(out, "ncclinsp_dropped_events_total", gpu_labels({{"reason", drop_reason_names[r]}}), n);
   }
@@ -197,6 +198,7 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   for (std::size_t r = 0; r < filter_reason_names.size(); ++r) {
     double n = 0;
     for (const auto* c : comms) n += static_cast<double>(c->filtered[r]);
+    for (const auto& d : snap.departed) n += d.gpu.uuid == uuid ? static_cast<double>(d.filtered[r]) : 0.0;
     sample(out, "ncclinsp_filtered_ops_total", gpu_labels({{"reason", filter_reason_names[r]}}), n);
   }
   family(out, "ncclinsp_export_timestamp_seconds", "gauge", "Unix time at which this file was written (stale-exporter signal).");

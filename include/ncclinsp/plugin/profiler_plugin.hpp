@@ -156,7 +156,7 @@ class plugin_state {
       comm_state* raw = cs.get();
       const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(), .hash = hash, .rank = rank, .nranks = nranks,
                                             .nnodes = nnodes, .device = dev.ordinal, .uuid = dev.uuid},
-                                           [raw] { return raw->oldest(); });
+                                           [raw](comm_handle) { return raw->oldest(); });
       if (h == invalid_comm || h >= max_plugin_comms) {
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) + " in this process); running without ncclinsp for it");
         return abi::internal_error;
@@ -278,6 +278,7 @@ class plugin_state {
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);
     co.user_tag_label = opts_.user_tag_label;
+    co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
     co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,

@@ -50,7 +50,7 @@ class json_sink {
         std::uint64_t drops = 0;
         for (auto d : c.dropped) drops += d;
         auto& seen = last_drops_[c.desc.hash ^ (static_cast<std::uint64_t>(c.desc.rank) << 48)];
-        if (per_comm.count(i) || drops != seen || snap.final || c.retired || dropped_by_sink_) {
+        if (per_comm.count(i) || drops != seen || snap.final || c.newly_retired || dropped_by_sink_) {
           format::write_dump_stats(buf, snap, c, per_comm.count(i) ? per_comm[i] : 0, dropped_by_sink_, dropped_total_);
           seen = drops;
         }
