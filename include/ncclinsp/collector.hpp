@@ -417,10 +417,18 @@ class collector {
     return best;
   }
 
-  /// Adds a communicator that stops being exported to its GPU's departed counts. Caller holds mu_.
-  void fold_departed(const comm_desc& d, const decltype(comm_snapshot::dropped)& dropped, const decltype(comm_snapshot::filtered)& filtered) {
+  /// Adds a communicator that stops being exported to its GPU's departed counts (one entry per GPU,
+  /// made on its first departure; without memory for it, these counts are lost). Caller holds mu_.
+  void fold_departed(const comm_desc& d, const decltype(comm_snapshot::dropped)& dropped,
+                     const decltype(comm_snapshot::filtered)& filtered) noexcept {
     auto it = std::find_if(departed_.begin(), departed_.end(), [&](const departed_counts& x) { return x.gpu.uuid == d.uuid && x.gpu.device == d.device; });
-    if (it == departed_.end()) it = departed_.insert(departed_.end(), departed_counts{.gpu = d});
+    if (it == departed_.end()) {
+      try {
+        it = departed_.insert(departed_.end(), departed_counts{.gpu = {.device = d.device, .uuid = d.uuid}});
+      } catch (...) {
+        return;
+      }
+    }
     for (std::size_t r = 0; r < dropped.size(); ++r) it->dropped[r] += dropped[r];
     for (std::size_t r = 0; r < filtered.size(); ++r) it->filtered[r] += filtered[r];
   }

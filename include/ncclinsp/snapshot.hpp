@@ -85,7 +85,7 @@ struct comm_snapshot {
 /// Drop and filter counts of one GPU's communicators that are no longer exported, so per-GPU
 /// counters summed over communicators never go backwards.
 struct departed_counts {
-  comm_desc gpu;  ///< device and uuid of the GPU (name and hash of the first departed communicator)
+  comm_desc gpu;  ///< the GPU: device and uuid set, the rest empty
   std::array<std::uint64_t, static_cast<std::size_t>(drop_reason::count_)> dropped{};
   std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
 };
