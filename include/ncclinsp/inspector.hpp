@@ -247,9 +247,10 @@ class basic_inspector {
   }
 
   /// The op begun with `t` completed with the measured record `op`. The min-size/P2P filters were
-  /// applied at begin() when it counted the op; otherwise they apply here.
+  /// applied at begin() when it counted the op; otherwise they apply here. A second end() of the
+  /// same tracked op, or one after its communicator's slot went to a new communicator, is ignored.
   void end(const inflight& t, const op_record& op) noexcept {
-    release(t);
+    if (!release(t)) NCCLINSP_UNLIKELY return;
     if (!opts_.enabled || t.comm >= Traits::max_comms) NCCLINSP_UNLIKELY return;
     if (t.counted || accept(t.comm, op)) col_.record(t.comm, op);
   }
@@ -257,7 +258,7 @@ class basic_inspector {
   /// The op begun with `t` will not be measured (graph capture, timing error): it leaves the
   /// in-flight count and appears in ncclinsp_filtered_ops_total{reason="no_gpu_timing"}.
   void cancel(const inflight& t) noexcept {
-    release(t);
+    if (!release(t)) NCCLINSP_UNLIKELY return;
     if (t.counted && t.comm < Traits::max_comms) col_.note_filtered(t.comm, filter_reason::no_gpu_timing);
   }
 
@@ -307,11 +308,13 @@ class basic_inspector {
     std::unique_ptr<std::atomic<std::uint32_t>[]> gens;        // guards against a double end()
 
     std::uint32_t alloc() noexcept { return slots.alloc(); }
-    void free(std::uint32_t idx, std::uint32_t gen) noexcept {
+    /// false: already freed (ended twice, or reset for a new communicator).
+    bool free(std::uint32_t idx, std::uint32_t gen) noexcept {
       std::uint32_t g = gen;
-      if (!gens[idx].compare_exchange_strong(g, gen + 1, std::memory_order_relaxed)) return;  // ended twice
+      if (!gens[idx].compare_exchange_strong(g, gen + 1, std::memory_order_relaxed)) return false;
       started_at[idx].store(0, std::memory_order_relaxed);
       slots.release(idx);
+      return true;
     }
     std::uint64_t oldest() const noexcept {
       std::uint64_t best = 0;
@@ -366,9 +369,11 @@ class basic_inspector {
     return true;
   }
 
-  void release(const inflight& t) noexcept {
-    if (t.slot == no_slot || t.comm >= Traits::max_comms) return;
-    if (comm_extra* e = extras_[t.comm].load(std::memory_order_acquire); e && t.slot < e->size) e->free(t.slot, t.gen);
+  /// Frees the op's in-flight slot; false when it was already freed (the op must not count again).
+  bool release(const inflight& t) noexcept {
+    if (t.slot == no_slot || t.comm >= Traits::max_comms) return true;  // untracked: nothing to check
+    comm_extra* e = extras_[t.comm].load(std::memory_order_acquire);
+    return !e || t.slot >= e->size || e->free(t.slot, t.gen);
   }
 
   inspector_options opts_;

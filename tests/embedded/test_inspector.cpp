@@ -149,7 +149,7 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_dropped_events_total", {"reason=\"op_pool_full\""}) == 1);
 
   insp.end(a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
-  insp.end(a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));  // twice: the slot is not freed twice
+  insp.end(a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));  // twice: ignored, the slot is not freed twice
   insp.cancel(b);
   insp.end(c, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
   auto small = insp.begin(h, func::all_reduce, 16);  // below min size: not counted
@@ -160,7 +160,7 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_oldest_inflight_age_seconds", {"comm_name=\"dp\""}) == 0);
   CHECK(sample(*cap.text, "ncclinsp_filtered_ops_total", {"reason=\"no_gpu_timing\""}) == 1);
   CHECK(sample(*cap.text, "ncclinsp_filtered_ops_total", {"reason=\"min_size\""}) == 1);
-  CHECK(sample(*cap.text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 3);
+  CHECK(sample(*cap.text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 2);  // a and c, a once
 
   auto left = insp.begin(h, func::all_reduce, 1 << 20);  // never ends: abandoned at removal
   CHECK(left.counted);
@@ -182,6 +182,10 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_filtered_ops_total", {"reason=\"min_size\""}) == 1);
   insp.end(n1, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
   insp.end(n2, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
+  insp.end(left, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));  // dp's, too late: ignored
+  REQUIRE(insp.flush());
+  CHECK(sample(*cap.text, "ncclinsp_ops_total", {"comm_name=\"dp2\"", "collective=\"AllReduce\""}) == 2);
+  CHECK(sample(*cap.text, "ncclinsp_inflight_ops", {"comm_name=\"dp2\""}) == 0);
 }
 
 TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-flight tables (no leak under LSan)", "[embedded]") {
