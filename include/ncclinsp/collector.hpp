@@ -42,6 +42,9 @@ namespace ncclinsp {
 struct collector_options {
   /// Keep per-op records for JSON-lines output; capacity per thread shard (0 = off).
   std::uint32_t record_ring_capacity = 0;
+  /// Keep the callback detail (op_trace) that record() is given with each per-op record (verbose
+  /// JSON, per-channel trace tracks). Needs record_ring_capacity; costs a few KB per ring entry.
+  bool record_traces = false;
   /// Turn v7 user tags into a bounded label (Traits::max_user_tags distinct values).
   bool user_tag_label = false;
   process_identity identity{};
@@ -142,8 +145,9 @@ class collector {
     comms_[h].dropped[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
   }
 
-  /// Hot: one completed op of communicator `h`.
-  void record(comm_handle h, const op_record& op) noexcept {
+  /// Hot: one completed op of communicator `h`; `trace`, when given and record_traces is on, is
+  /// kept with its per-op record.
+  void record(comm_handle h, const op_record& op, const op_trace* trace = nullptr) noexcept {
     if (h >= Traits::max_comms) NCCLINSP_UNLIKELY {
       comm_table_full_.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -184,7 +188,7 @@ class collector {
         }
       }
     }
-    if (s->ring) push_record(*s, h, op, exclusive, c);
+    if (s->ring) push_record(*s, h, op, trace, exclusive, c);
   }
 
   /// Cold: builds a snapshot. Call from one thread at a time (the exporter).
@@ -320,11 +324,13 @@ class collector {
   struct record_slot {
     comm_handle comm;
     op_record op;
+    bool traced;  // shard::traces holds this entry's op_trace
   };
 
   struct shard {
     std::unique_ptr<cell[]> cells{new cell[Traits::cells_per_shard]};
     std::unique_ptr<record_slot[]> ring;
+    std::unique_ptr<op_trace[]> traces;  // parallel to ring, when record_traces
     std::uint32_t ring_cap = 0;
     alignas(detail::cache_line) std::atomic<std::uint64_t> head{0};  // written by the recording thread
     std::atomic<std::uint64_t> table_full{0};
@@ -445,6 +451,7 @@ class collector {
       if (opts_.record_ring_capacity) {
         fresh->ring_cap = opts_.record_ring_capacity;
         fresh->ring.reset(new record_slot[fresh->ring_cap]);
+        if (opts_.record_traces) fresh->traces.reset(new op_trace[fresh->ring_cap]);
       }
     } catch (...) {
       delete fresh;
@@ -489,7 +496,7 @@ class collector {
     return nullptr;
   }
 
-  void push_record(shard& s, comm_handle h, const op_record& op, bool exclusive, comm_slot& c) noexcept {
+  void push_record(shard& s, comm_handle h, const op_record& op, const op_trace* trace, bool exclusive, comm_slot& c) noexcept {
     if (!exclusive) {
       // The shared shard has several producers; per-op records there are dropped and counted.
       c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
@@ -500,7 +507,9 @@ class collector {
       c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    s.ring[head % s.ring_cap] = record_slot{h, op};
+    const bool traced = trace && s.traces;
+    if (traced) copy_trace(s.traces[head % s.ring_cap], *trace);
+    s.ring[head % s.ring_cap] = record_slot{h, op, traced};
     s.head.store(head + 1, std::memory_order_release);
   }
 
@@ -509,7 +518,13 @@ class collector {
     std::uint64_t tail = s.tail.load(std::memory_order_relaxed);
     for (; tail != head; ++tail) {
       const record_slot& r = s.ring[tail % s.ring_cap];
-      if (r.comm < Traits::max_comms && comm_index[r.comm] != ~0u) snap.records.push_back({comm_index[r.comm], r.op});
+      if (r.comm >= Traits::max_comms || comm_index[r.comm] == ~0u) continue;
+      std::int32_t ti = -1;
+      if (r.traced) {
+        ti = static_cast<std::int32_t>(snap.traces.size());
+        copy_trace(snap.traces.emplace_back(), s.traces[tail % s.ring_cap]);
+      }
+      snap.records.push_back({comm_index[r.comm], r.op, ti});
     }
     s.tail.store(tail, std::memory_order_release);
   }

@@ -12,6 +12,7 @@
 
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/op_trace.hpp"
 
 namespace ncclinsp {
 
@@ -93,6 +94,7 @@ struct departed_counts {
 struct record_entry {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   op_record op;
+  std::int32_t trace = -1; ///< index into snapshot::traces, -1 = none
 };
 
 struct snapshot {
@@ -102,6 +104,7 @@ struct snapshot {
   std::vector<comm_snapshot> comms;
   std::vector<cell_snapshot> cells;
   std::vector<record_entry> records;  ///< per-op records drained since the last snapshot
+  std::vector<op_trace> traces;       ///< callback detail of some records (collector_options::record_traces)
   std::vector<std::uint64_t> user_tags;
   std::uint64_t comm_table_full = 0;
   std::vector<departed_counts> departed;  ///< per GPU; add to the sums over `comms`

@@ -259,6 +259,44 @@ TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin
                   "\"coll_timing_source\":\"kernel_gpu\"") != std::string::npos);
   CHECK(text.find("\"id\":\"0xabcdef0123456789\"") != std::string::npos);  // full hash, not truncated
   CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":2") != std::string::npos);
+  CHECK(text.find("event_trace") == std::string::npos);  // only with NCCL_INSPECTOR_DUMP_VERBOSE=1
+}
+
+TEST_CASE("JSON verbose mode: event traces in callback order with real channel ids, and trace sink channel tracks", "[plugin][json][trace]") {
+  const std::string dir = fresh_dir("plugin");
+  auto env = prom_env(dir);
+  env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
+  env["NCCL_INSPECTOR_DUMP_VERBOSE"] = "1";
+  env["NCCLINSP_SINKS"] = "json,trace";
+  REQUIRE(in_child(env, [] { return drive_basic(7); }) == 0);
+  const std::string text = slurp(files_in(dir, ".log").at(0));
+  INFO(text.substr(0, 4000));
+  // AllReduce on channels 2-5: start 1, stop (enqueued) 2, then per channel start, record, stop.
+  std::string sn = "\"event_trace_sn\":{\"coll_start_sn\":1,\"coll_stop_sn\":2,\"kernel_events\":[";
+  for (int c = 0; c < 4; ++c)
+    sn += (c ? ",{" : "{") + std::string("\"channel_id\":") + std::to_string(2 + c) + ",\"kernel_start_sn\":" + std::to_string(3 + 3 * c) +
+          ",\"kernel_stop_sn\":" + std::to_string(5 + 3 * c) + ",\"kernel_record_sn\":" + std::to_string(4 + 3 * c) + "}";
+  CHECK(text.find(sn + "]}") != std::string::npos);
+  // The GPU times of channel 2 (the sim's first channel of this op), and callback wall times in us.
+  CHECK(text.find("\"kernel_gpu_start_ns\":" + std::to_string(t0 + 1000) + ",\"kernel_gpu_stop_ns\":" + std::to_string(t0 + 501000) + "}") !=
+        std::string::npos);
+  const auto now_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const std::string ts_key = "\"event_trace_ts\":{\"coll_start_ts\":";
+  const auto at = text.find(ts_key);
+  REQUIRE(at != std::string::npos);
+  const std::uint64_t start_us = std::stoull(text.substr(at + ts_key.size(), 20));
+  CHECK(start_us <= now_us);
+  CHECK(start_us + 60'000'000 > now_us);
+  CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\"") != std::string::npos);
+  CHECK(text.find("\"event_trace_sn\":{\"p2p_start_sn\":1,\"p2p_stop_sn\":2,\"kernel_events\":[{\"channel_id\":5,") != std::string::npos);
+  CHECK(json_lines_check(files_in(dir, ".log").at(0)) == "ok");
+
+  // Trace sink: each channel's GPU span on its own track (4 + 2 + 1 channels), next to the op's.
+  const std::string trace = slurp(files_in(dir, ".trace.json").at(0));
+  std::size_t spans = 0;
+  for (auto p = trace.find("\"cat\":\"channel\""); p != std::string::npos; p = trace.find("\"cat\":\"channel\"", p + 1)) ++spans;
+  CHECK(spans == 7);
+  for (int c : {2, 3, 4, 5, 6, 7}) CHECK(trace.find("\"tp 0xabcdef0123456789 rank 1/4 ch " + std::to_string(c) + "\"") != std::string::npos);
 }
 
 TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", "[plugin][hostile]") {

@@ -53,22 +53,6 @@ std::string promtool_findings(const std::string& file) {
   return run_cmd(std::string(NCCLINSP_PROMTOOL) + " check metrics < '" + file + "' 2>&1 | grep -v microseconds");
 }
 
-/// "ok" if every line of `file` parses as JSON (strict UTF-8), else python's error.
-std::string json_lines_check(const std::string& file) {
-  const std::string py =
-      "import json,sys\n"
-      "n=0\n"
-      "with open(sys.argv[1],'rb') as f:\n"
-      "  data=f.read()\n"
-      "assert data.endswith(b'\\n'), 'no final newline'\n"
-      "for l in data.decode('utf-8').splitlines():\n"
-      "  json.loads(l); n+=1\n"
-      "print('ok', n)\n";
-  std::ofstream("/tmp/ncclinsp_rel_json_check.py") << py;
-  const std::string out = run_cmd("python3 /tmp/ncclinsp_rel_json_check.py '" + file + "' 2>&1");
-  return out.rfind("ok", 0) == 0 ? "ok" : out;
-}
-
 std::map<std::string, std::string> base_env(const std::string& dir, const char* sinks = "prom") {
   return {{"NCCL_INSPECTOR_ENABLE", "1"},  {"NCCLINSP_SINKS", sinks},         {"NCCL_INSPECTOR_DUMP_DIR", dir},
           {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}, {"NCCLINSP_NODE_NAME", "nodeR"}, {"SLURM_JOB_ID", "5"}};
@@ -648,6 +632,7 @@ TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complet
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir, "prom,json");
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  env["NCCL_INSPECTOR_DUMP_VERBOSE"] = "1";  // per-op callback traces: written from both threads
   constexpr int n_comms = 3, per_comm = 2000;
   REQUIRE(in_child(env, [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);

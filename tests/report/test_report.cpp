@@ -292,6 +292,50 @@ TEST_CASE("trace sink: trigger file, request_dump, ring bound, shutdown") {
   fs::remove_all(d);
 }
 
+TEST_CASE("trace sink: records with an op_trace get one track per channel, right after their communicator's") {
+  const std::string d = scratch("chan");
+  ncclinsp::trace_sink s({.dir = d});
+  auto snap = make_snap(0, 1);  // one AllReduce of tp on channels 6 and 2 (in start order)
+  ncclinsp::op_trace t;
+  t.n_channels = 2;
+  t.channels[0] = {.gpu_start_ns = snap.records[0].op.start_ns + 1000, .gpu_stop_ns = snap.records[0].op.end_ns, .channel = 6};
+  t.channels[1] = {.gpu_start_ns = snap.records[0].op.start_ns, .gpu_stop_ns = snap.records[0].op.end_ns - 500, .channel = 2};
+  snap.traces.push_back(t);
+  snap.records[0].trace = 0;
+  REQUIRE(s.write(snap) == ncclinsp::export_result::success);
+  s.shutdown();
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  REQUIRE(!p.load(s.path()).get(doc));
+  std::map<std::string, std::uint64_t> sort_of;  // track name -> sort index
+  std::map<std::uint64_t, std::string> name_of;  // tid -> track name
+  std::map<std::int64_t, std::pair<double, double>> span_of;  // channel -> (ts, dur)
+  std::uint64_t op_events = 0;
+  for (auto e : doc["traceEvents"].get_array()) {
+    const std::string_view ph = e["ph"].get_string().value();
+    if (ph == "M" && e["name"].get_string().value() == "thread_name") name_of[e["tid"].get_uint64().value()] = std::string(e["args"]["name"].get_string().value());
+    if (ph == "M" && e["name"].get_string().value() == "thread_sort_index") sort_of[name_of[e["tid"].get_uint64().value()]] = e["args"]["sort_index"].get_uint64().value();
+    if (ph != "X") continue;
+    if (e["cat"].get_string().value() != "channel") {
+      ++op_events;
+      continue;
+    }
+    CHECK(e["args"]["busbw_gbs"].error());  // a channel's byte share is unknown: no bandwidth
+    CHECK(name_of[e["tid"].get_uint64().value()] == "tp 0xfedcba9876543210 rank 1/4 ch " + std::to_string(e["args"]["channel"].get_int64().value()));
+    span_of[e["args"]["channel"].get_int64().value()] = {e["ts"].get_double().value(), e["dur"].get_double().value()};
+  }
+  CHECK(op_events == 1);
+  REQUIRE(span_of.size() == 2);
+  CHECK(span_of[6].first == Approx(1000001.123));
+  CHECK(span_of[6].second == Approx(249.5));
+  CHECK(span_of[2].first == Approx(1000000.123));
+  CHECK(span_of[2].second == Approx(250.0));
+  const auto comm = sort_of.at("tp 0xfedcba9876543210 rank 1/4");
+  CHECK(sort_of.at("tp 0xfedcba9876543210 rank 1/4 ch 6") == comm + 7);
+  CHECK(sort_of.at("tp 0xfedcba9876543210 rank 1/4 ch 2") == comm + 3);
+  fs::remove_all(d);
+}
+
 TEST_CASE("trace sink: SIGUSR2 requests a dump, node grouping, any_sink") {
   const std::string d = scratch("sig");
   struct sigaction old {};

@@ -78,6 +78,23 @@ inline std::string run_cmd(const std::string& cmd) {
   return out;
 }
 
+/// "ok" if every line of `file` parses as JSON (strict UTF-8), else python's error.
+inline std::string json_lines_check(const std::string& file) {
+  const std::string py =
+      "import json,sys\n"
+      "n=0\n"
+      "with open(sys.argv[1],'rb') as f:\n"
+      "  data=f.read()\n"
+      "assert data.endswith(b'\\n'), 'no final newline'\n"
+      "for l in data.decode('utf-8').splitlines():\n"
+      "  json.loads(l); n+=1\n"
+      "print('ok', n)\n";
+  const std::string script = "/tmp/ncclinsp_json_lines_check." + std::to_string(::getpid()) + ".py";  // one per test process
+  std::ofstream(script) << py;
+  const std::string out = run_cmd("python3 " + script + " '" + file + "' 2>&1");
+  return out.rfind("ok", 0) == 0 ? "ok" : out;
+}
+
 /// Runs `body` in a forked child with `env` set; returns its exit code (or -signal); 97: leaks
 /// (LeakSanitizer builds). The child leaves through exit(), as a training process does, so the
 /// plugin's exit flush runs.

@@ -1,8 +1,10 @@
 #pragma once
 /// Op records -> Chrome trace-event JSON (the "JSON Object Format" that chrome://tracing and
 /// Perfetto's UI open). One track per (process, thread): pid = a rank's GPU (or the node, see
-/// `trace_grouping`), tid = a communicator; every op is one complete ("X") event with `ts`/`dur`
-/// in microseconds on the op's own clock and args {comm, hash, rank, seq, bytes, busbw_gbs, ...}.
+/// `trace_grouping`), tid = a communicator, or one channel of it; every op is one complete ("X")
+/// event with `ts`/`dur` in microseconds on the op's own clock and args {comm, hash, rank, seq,
+/// bytes, busbw_gbs, ...}; a channel's span of an op (from its op_trace) is one more on the
+/// channel's track, with `channel` in its args.
 /// Track names come from "M" metadata events (process_name, thread_name, *_sort_index).
 /// Thread-safety: pure functions appending to a caller-owned string (cold path).
 
@@ -25,11 +27,12 @@ struct trace_process {
   std::string name{};  ///< "node0 GPU 3 (GPU-1234...)"
 };
 
-/// One track (a trace "thread"): a communicator as seen by one rank.
+/// One track (a trace "thread"): a communicator as seen by one rank, or one of its channels.
 struct trace_thread {
   std::uint32_t pid = 0;
   std::uint32_t tid = 0;
-  std::string name{};  ///< "tp 0x0123... rank 1/4"
+  std::string name{};            ///< "tp 0x0123... rank 1/4", "tp 0x0123... rank 1/4 ch 3"
+  std::uint32_t sort_index = 0;  ///< display order within the process
 };
 
 /// One op on one track; everything needed to render it (no reference into a snapshot).
@@ -39,6 +42,7 @@ struct trace_event {
   std::uint64_t comm_hash = 0;
   std::int32_t rank = 0;
   std::int32_t nranks = 1;
+  std::int16_t channel = -1;  ///< >= 0: this channel's span of the op (op.start_ns/end_ns are the channel's)
   op_record op{};
 };
 
@@ -84,7 +88,7 @@ inline void write_trace_event(std::string& out, const trace_event& e) {
   out += "{\"ph\":\"X\",\"name\":";
   append_json_string(out, to_string(op.fn));
   out += ",\"cat\":\"";
-  out += is_p2p(op.fn) ? "p2p" : "coll";
+  out += e.channel >= 0 ? "channel" : is_p2p(op.fn) ? "p2p" : "coll";
   out += "\",\"pid\":";
   append_int(out, e.pid);
   out += ",\"tid\":";
@@ -101,6 +105,14 @@ inline void write_trace_event(std::string& out, const trace_event& e) {
   append_int(out, e.nranks);
   out += ",\"seq\":";
   append_int(out, op.seq);
+  if (e.channel >= 0) {  // a channel's share of bytes is unknown: no bandwidth for its span
+    out += ",\"channel\":";
+    append_int(out, e.channel);
+    out += ",\"timing\":";
+    append_json_string(out, to_string(op.timing));
+    out += "}}";
+    return;
+  }
   out += ",\"bytes\":";
   append_int(out, op.bytes);
   out += ",\"busbw_gbs\":";
@@ -142,7 +154,7 @@ inline void write_chrome_trace(std::string& out, std::span<const trace_process> 
   }
   for (const auto& t : threads) {
     detail::append_meta(out, first, "thread_name", t.pid, &t.tid, "name", t.name, 0, true);
-    detail::append_meta(out, first, "thread_sort_index", t.pid, &t.tid, "sort_index", {}, t.tid, false);
+    detail::append_meta(out, first, "thread_sort_index", t.pid, &t.tid, "sort_index", {}, t.sort_index, false);
   }
   for (const auto& e : events) {
     out += first ? "\n" : ",\n";

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/format/text.hpp"
@@ -49,7 +50,50 @@ inline void json_header_metadata(std::string& out, const snapshot& snap, const c
 }  // namespace detail
 
 /// One completed op as one JSON line (newline included).
-inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r) {
+namespace detail {
+/// Inspector's verbose block: `event_trace_sn` (callback order) and `event_trace_ts` (callback
+/// wall time in us, as Inspector's gettimeofday), same shape; channel ids are NCCL's real ones.
+/// Our additions: `kernel_gpu_start_ns`/`kernel_gpu_stop_ns` per channel in `event_trace_ts`.
+inline void append_event_trace(std::string& out, std::string_view p, const op_trace& t) {
+  for (const bool ts : {false, true}) {
+    out += ts ? ",\"event_trace_ts\":{\"" : ",\"event_trace_sn\":{\"";
+    const std::string_view suffix = ts ? "_ts\":" : "_sn\":";
+    auto field = [&](std::string_view name, std::uint64_t sn, std::uint64_t cpu_ns, bool first) {
+      if (!first) out += ",\"";
+      out += name;
+      out += suffix;
+      append_int(out, ts ? cpu_ns / 1000 : sn);
+    };
+    out += p;
+    field("_start", t.start_sn, t.start_cpu_ns, true);
+    out += ",\"";
+    out += p;
+    field("_stop", t.stop_sn, t.stop_cpu_ns, true);
+    out += ",\"kernel_events\":[";
+    for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
+      const channel_trace& c = t.channels[i];
+      out += i ? ",{\"channel_id\":" : "{\"channel_id\":";
+      append_int(out, c.channel);
+      out += ",\"";
+      field("kernel_start", c.start_sn, c.start_cpu_ns, true);
+      field("kernel_stop", c.stop_sn, c.stop_cpu_ns, false);
+      field("kernel_record", c.record_sn, c.record_cpu_ns, false);
+      if (ts) {
+        out += ",\"kernel_gpu_start_ns\":";
+        append_int(out, c.gpu_start_ns);
+        out += ",\"kernel_gpu_stop_ns\":";
+        append_int(out, c.gpu_stop_ns);
+      }
+      out += '}';
+    }
+    out += "]}";
+  }
+}
+}  // namespace detail
+
+/// One op as a JSON line. `verbose` adds Inspector's event traces when the record carries an
+/// op_trace (NCCL_INSPECTOR_DUMP_VERBOSE=1 in the plugin).
+inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r, bool verbose = false) {
   const comm_desc& d = snap.comms[r.comm].desc;
   const op_record& op = r.op;
   const bool p2p = is_p2p(op.fn);
@@ -104,6 +148,7 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   append_int(out, op.end_ns);
   key("valid");
   out += valid ? "true" : "false";
+  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(out, p, snap.traces[r.trace]);
   out += "}}\n";
 }
 

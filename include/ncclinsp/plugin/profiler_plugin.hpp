@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdarg>
 #include <cstdint>
@@ -66,11 +67,12 @@ inline std::uint64_t coarse_ns() noexcept {
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
-inline std::uint64_t precise_ns() noexcept {
+inline std::uint64_t clock_ns(clockid_t id) noexcept {
   timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(id, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
+inline std::uint64_t precise_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
 
 inline constexpr std::uint32_t max_plugin_comms = default_traits::max_comms;
 
@@ -88,14 +90,30 @@ struct alignas(detail::cache_line) op_slot {
   op_record rec;
 };
 
+/// Callback detail of one in-flight op, only when traces are recorded (verbose JSON, trace sink).
+/// The op's start/stop fields are written by the enqueuing thread, the channel entries by the
+/// thread that delivers channel events, which also completes the op and reads them all.
+struct traced_op {
+  op_trace t;
+  std::atomic<std::uint16_t> last_sn{0};
+  std::atomic<std::uint16_t> stop_sn{0};
+  std::atomic<std::uint64_t> stop_cpu_ns{0};
+  std::array<std::uint8_t, 256> entry_of{};  // channel id -> index in t.channels + 1 (0 = none)
+
+  std::uint16_t next_sn() noexcept { return static_cast<std::uint16_t>(last_sn.fetch_add(1, std::memory_order_relaxed) + 1); }
+  channel_trace* channel(std::uint32_t id) noexcept { return id < entry_of.size() && entry_of[id] ? &t.channels[entry_of[id] - 1] : nullptr; }
+};
+
 /// One communicator on this rank.
 struct comm_state {
-  explicit comm_state(std::uint32_t pool) : pool_size(pool), slots(new op_slot[pool]), free(pool) {}
+  comm_state(std::uint32_t pool, bool traced)
+      : pool_size(pool), slots(new op_slot[pool]), traces(traced ? new traced_op[pool] : nullptr), free(pool) {}
   comm_handle handle = invalid_comm;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
   std::uint32_t pool_size;
   std::unique_ptr<op_slot[]> slots;
+  std::unique_ptr<traced_op[]> traces;  // parallel to slots, or null
   detail::slot_bitmap free;  // which slots are in use
   std::atomic<std::uint64_t> p2p_seq{0};
 
@@ -150,7 +168,7 @@ class plugin_state {
         return abi::invalid_argument;
       }
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      auto cs = std::make_unique<comm_state>(pool > 65535 ? 65535 : pool);  // 16 handle bits
+      auto cs = std::make_unique<comm_state>(pool > 65535 ? 65535 : pool, col_->options().record_traces);  // 16 handle bits
       cs->nranks = nranks;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       comm_state* raw = cs.get();
@@ -242,6 +260,11 @@ class plugin_state {
     // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
     if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
     s.enq_stopped.store(true, std::memory_order_relaxed);
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      tr.stop_cpu_ns.store(clock_ns(CLOCK_REALTIME), std::memory_order_relaxed);
+      tr.stop_sn.store(tr.next_sn(), std::memory_order_release);
+    }
     if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
     drop_ref(*cs, k.slot, s);
     return abi::success;
@@ -257,6 +280,14 @@ class plugin_state {
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
     if (t) relaxed_max(s->gpu_hi, t);
     else s->gpu_missing.store(true, std::memory_order_relaxed);
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (channel_trace* c = tr.channel(k.channel)) {
+        c->record_sn = tr.next_sn();
+        c->record_cpu_ns = clock_ns(CLOCK_REALTIME);
+        c->gpu_stop_ns = t;
+      }
+    }
     return abi::success;
   }
 
@@ -277,6 +308,7 @@ class plugin_state {
     opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);
+    co.record_traces = traces_for(opts_);
     co.user_tag_label = opts_.user_tag_label;
     co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
     char host[256] = {};
@@ -388,6 +420,16 @@ class plugin_state {
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
     s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
+    if (cs.traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs.traces[idx];
+      tr.t.n_channels = 0;
+      tr.t.start_sn = 1;
+      tr.t.start_cpu_ns = clock_ns(CLOCK_REALTIME);
+      tr.entry_of.fill(0);
+      tr.stop_sn.store(0, std::memory_order_relaxed);
+      tr.stop_cpu_ns.store(0, std::memory_order_relaxed);
+      tr.last_sn.store(1, std::memory_order_relaxed);
+    }
     s.enqueued_at.store(coarse_ns(), std::memory_order_release);
     col_->note_started(cs.handle);
     return idx;
@@ -465,6 +507,13 @@ class plugin_state {
       s->gpu_missing.store(true, std::memory_order_relaxed);
       relaxed_min(s->cpu_lo, precise_ns());
     }
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (!tr.entry_of[channel] && tr.t.n_channels < max_traced_channels) {
+        tr.entry_of[channel] = static_cast<std::uint8_t>(tr.t.n_channels + 1);
+        tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME), .gpu_start_ns = gpu_start, .start_sn = tr.next_sn(), .channel = channel};
+      }
+    }
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
     return abi::success;
   }
@@ -475,6 +524,13 @@ class plugin_state {
     if (!op) return abi::success;
     op_slot& s = *op;
     if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (channel_trace* c = tr.channel(k.channel)) {
+        c->stop_sn = tr.next_sn();
+        c->stop_cpu_ns = clock_ns(CLOCK_REALTIME);
+      }
+    }
     const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (stopped == s.expected_ch) {
       complete(*cs, s, false);
@@ -504,8 +560,14 @@ class plugin_state {
     s.enqueued_at.store(0, std::memory_order_relaxed);
     if (r.timing != timing_source::kernel_gpu && opts_.require_kernel_timing && !s.is_ce)
       col_->note_filtered(cs.handle, filter_reason::no_gpu_timing);
-    else
+    else if (cs.traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs.traces[&s - cs.slots.get()];
+      tr.t.stop_sn = tr.stop_sn.load(std::memory_order_acquire);  // 0: the op's stop came later
+      tr.t.stop_cpu_ns = tr.stop_cpu_ns.load(std::memory_order_relaxed);
+      col_->record(cs.handle, r, &tr.t);
+    } else {
       col_->record(cs.handle, r);
+    }
   }
 
   void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {

@@ -20,6 +20,8 @@ namespace ncclinsp {
 inline std::uint32_t record_ring_for(const options& o) {
   return !o.otel && (o.has_sink("json") || o.has_sink("trace")) ? o.coll_ring_size + (o.enable_p2p ? o.p2p_ring_size : 0) : 0;
 }
+/// Whether per-op callback detail (op_trace) is needed: verbose JSON, or the trace sink's channel tracks.
+inline bool traces_for(const options& o) { return record_ring_for(o) && ((o.verbose && o.has_sink("json")) || o.has_sink("trace")); }
 
 inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
                                                 const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
@@ -30,7 +32,7 @@ inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& 
     return sinks;
   }
   if (o.has_sink("prom")) sinks.emplace_back(PromTextfileSink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .log = log}));
-  if (o.has_sink("json")) sinks.emplace_back(JsonSink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .log = log}));
+  if (o.has_sink("json")) sinks.emplace_back(JsonSink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
   if (o.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = o.dump_dir, .log = log}));
   return sinks;
 }

@@ -30,6 +30,7 @@ struct json_sink_options {
   std::string file_name{};               ///< default "<hostname>-pid<pid>.log" (Inspector's name)
   std::uint64_t max_file_bytes = 0;      ///< 0 = no rotation
   std::uint64_t max_pending_bytes = 64ull << 20;
+  bool verbose = false;                  ///< Inspector's event_trace_sn/_ts for records that carry an op_trace
   log_fn log{};
 };
 
@@ -42,7 +43,7 @@ class json_sink {
       std::string buf;
       std::map<std::uint32_t, std::uint64_t> per_comm;
       for (const auto& r : snap.records) {
-        format::write_inspector_record(buf, snap, r);
+        format::write_inspector_record(buf, snap, r, o_.verbose);
         ++per_comm[r.comm];
       }
       for (std::uint32_t i = 0; i < snap.comms.size(); ++i) {

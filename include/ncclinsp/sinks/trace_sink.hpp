@@ -11,7 +11,9 @@
 ///  * shutdown() (the exporter's final export) when `write_at_exit`.
 /// The file `<dir>/<node>-pid<pid>.trace.json` is replaced atomically at each dump.
 /// Tracks: pid = one GPU of this process (`trace_grouping::device`, the rank's device) or the node
-/// (`trace_grouping::node`), tid = one communicator on that GPU.
+/// (`trace_grouping::node`), tid = one communicator on that GPU, followed by one track per channel
+/// of it when the records carry an op_trace (the plugin records them when this sink is on). The
+/// ring holds `capacity` events: ops and their channel spans.
 /// Thread-safety: write()/shutdown() on the exporter thread only (cold path); request_dump() and
 /// the signal handler are async-signal-safe.
 
@@ -39,7 +41,7 @@ enum class trace_grouping : std::uint8_t { device, node };
 struct trace_sink_options {
   std::string dir = ".";
   std::string file_name{};            ///< default "<node>-pid<pid>.trace.json"
-  std::size_t capacity = 65536;       ///< last N op records kept (0 = the sink keeps nothing)
+  std::size_t capacity = 65536;       ///< last N events kept: ops and channel spans (0 = the sink keeps nothing)
   trace_grouping grouping = trace_grouping::device;
   bool trigger_file = true;           ///< honour <dir>/ncclinsp.trace.trigger
   bool install_sigusr2 = false;       ///< SIGUSR2 requests a dump (only if SIGUSR2 is at SIG_DFL)
@@ -63,7 +65,21 @@ class trace_sink {
       node_ = snap.identity.node.empty() ? snap.identity.hostname : snap.identity.node;
       host_ = snap.identity.hostname;
       pid_ = snap.identity.pid;
-      for (const auto& r : snap.records) add(snap.comms[r.comm].desc, r.op);
+      for (const auto& r : snap.records) {
+        const comm_desc& d = snap.comms[r.comm].desc;
+        ++total_;
+        add(d, r.op, -1);
+        if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() || r.op.timing != timing_source::kernel_gpu) continue;
+        const op_trace& t = snap.traces[r.trace];
+        for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
+          const channel_trace& c = t.channels[i];
+          if (!c.gpu_start_ns || c.gpu_stop_ns <= c.gpu_start_ns) continue;  // no GPU span for this channel
+          op_record span = r.op;
+          span.start_ns = c.gpu_start_ns;
+          span.end_ns = c.gpu_stop_ns;
+          add(d, span, c.channel);
+        }
+      }
       bool want = false;
       if (const auto req = requests().load(std::memory_order_relaxed); req != seen_requests_) {
         seen_requests_ = req;
@@ -99,7 +115,7 @@ class trace_sink {
       for (std::size_t i = 0; i < ring_.size(); ++i) ev.push_back(ring_[(head_ + i) % ring_.size()]);
       std::vector<std::pair<std::string, std::string>> other = {
           {"node", node_}, {"hostname", host_}, {"pid", std::to_string(pid_)},
-          {"records_total", std::to_string(total_)}, {"records_evicted", std::to_string(total_ - ring_.size())}};
+          {"records_total", std::to_string(total_)}, {"events_evicted", std::to_string(evicted_)}};
       format::write_chrome_trace(out, procs_, threads_, ev, other);
       if (int err = detail::write_file_atomic(o_.dir, file_name(), out)) {
         emit(o_.log, log_level::warn, "trace sink: cannot write " + path() + ": " + std::strerror(err));
@@ -146,8 +162,8 @@ class trace_sink {
            ".trace.json";
   }
 
-  void add(const comm_desc& d, const op_record& op) {
-    ++total_;
+  /// One event on its track: the op (channel -1) or one channel's span of it.
+  void add(const comm_desc& d, const op_record& op, int channel) {
     if (o_.capacity == 0) return;
     // Track owner: the rank's GPU, or the whole node.
     std::string owner;
@@ -168,31 +184,40 @@ class trace_sink {
       }
       procs_.push_back({pid, std::move(n)});
     }
-    const auto tkey = std::make_tuple(pid, d.hash, d.rank);
-    auto [tit, tnew] = tid_of_.try_emplace(tkey, static_cast<std::uint32_t>(tid_of_.size()));
-    const std::uint32_t tid = tit->second;
-    if (tnew) {
-      std::string n = (d.name.empty() ? std::string("unknown") : d.name) + " 0x";
-      format::append_hex64(n, d.hash);
-      n += " rank " + std::to_string(d.rank) + "/" + std::to_string(d.nranks);
-      threads_.push_back({pid, tid, std::move(n)});
-    }
-    format::trace_event e{.pid = pid, .tid = tid, .comm_hash = d.hash, .rank = d.rank, .nranks = d.nranks, .op = op};
+    // Channel tracks sort right after their communicator's track (sort index comm tid x 512 + 1 + channel).
+    const std::uint32_t comm_tid = track(pid, d, -1);
+    const std::uint32_t tid = channel < 0 ? comm_tid : track(pid, d, channel, comm_tid);
+    format::trace_event e{.pid = pid, .tid = tid, .comm_hash = d.hash, .rank = d.rank, .nranks = d.nranks,
+                          .channel = static_cast<std::int16_t>(channel), .op = op};
     if (ring_.size() < o_.capacity) {
       ring_.push_back(e);
     } else {
       ring_[head_] = e;
       head_ = (head_ + 1) % ring_.size();
+      ++evicted_;
     }
+  }
+
+  std::uint32_t track(std::uint32_t pid, const comm_desc& d, int channel, std::uint32_t comm_tid = 0) {
+    auto [it, fresh] = tid_of_.try_emplace(std::make_tuple(pid, d.hash, d.rank, channel), static_cast<std::uint32_t>(tid_of_.size()));
+    if (fresh) {
+      std::string n = (d.name.empty() ? std::string("unknown") : d.name) + " 0x";
+      format::append_hex64(n, d.hash);
+      n += " rank " + std::to_string(d.rank) + "/" + std::to_string(d.nranks);
+      if (channel >= 0) n += " ch " + std::to_string(channel);
+      const std::uint32_t base = (channel < 0 ? it->second : comm_tid) * 512u;
+      threads_.push_back({pid, it->second, std::move(n), base + static_cast<std::uint32_t>(channel + 1)});
+    }
+    return it->second;
   }
 
   trace_sink_options o_;
   std::uint64_t seen_requests_ = 0;
   std::vector<format::trace_event> ring_;
   std::size_t head_ = 0;  ///< oldest element once the ring is full
-  std::uint64_t total_ = 0, dumps_ = 0;
+  std::uint64_t total_ = 0, evicted_ = 0, dumps_ = 0;  // op records seen, events overwritten, files written
   std::map<std::string, std::uint32_t> pid_of_;
-  std::map<std::tuple<std::uint32_t, std::uint64_t, int>, std::uint32_t> tid_of_;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, int, int>, std::uint32_t> tid_of_;  // (pid, hash, rank, channel or -1)
   std::vector<format::trace_process> procs_;
   std::vector<format::trace_thread> threads_;
   std::string node_, host_;
