@@ -338,8 +338,9 @@ void choose_env(FuzzedDataProvider& in) {
   set("NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", in.ConsumeBool() ? "0" : "8192");
   set("NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING", in.ConsumeBool() ? "0" : "1");
   set("NCCL_INSPECTOR_ENABLE_P2P", in.ConsumeIntegralInRange<int>(0, 3) ? "1" : "0");
-  static const char* const sinks[] = {"prom", "json", "prom,json"};
-  set("NCCLINSP_SINKS", sinks[in.ConsumeIntegralInRange<int>(0, 2)]);
+  static const char* const sinks[] = {"prom", "json", "prom,json", "json,trace"};
+  set("NCCLINSP_SINKS", sinks[in.ConsumeIntegralInRange<int>(0, 3)]);
+  set("NCCL_INSPECTOR_DUMP_VERBOSE", in.ConsumeBool() ? "1" : "0");  // per-op callback traces
   set("NCCLINSP_USER_TAG_LABEL", in.ConsumeBool() ? "1" : "0");
   set("NCCL_INSPECTOR_COLL_POOL_SIZE", in.ConsumeBool() ? "10" : "64");
   set("NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", in.ConsumeBool() ? "8" : "1024");
