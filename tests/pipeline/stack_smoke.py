@@ -213,6 +213,10 @@ def main():
             print(f"stack up at {prom.url} after {time.monotonic() - t_start:.1f}s")
             # Enough scrapes for rate(): wait for a recording rule built on rate() to have data.
             prom.wait_for_series("ncclinsp:bus_bandwidth_gbs:rate1m", timeout=min(25, left()), min_results=4)
+            # ... including both nodes' dp AllGather rows checked below (on a loaded machine the
+            # rule may have evaluated before a node's second scrape).
+            prom.wait_for_series('ncclinsp:bus_bandwidth_gbs:rate1m{comm_name="dp", collective="AllGather"}',
+                                 timeout=min(15, left()), min_results=2)
             print(f"rates available after {time.monotonic() - t_start:.1f}s")
 
             # Targets and labels.
