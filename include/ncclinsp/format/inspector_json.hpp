@@ -49,7 +49,6 @@ inline void json_header_metadata(std::string& out, const snapshot& snap, const c
 }
 }  // namespace detail
 
-/// One completed op as one JSON line (newline included).
 namespace detail {
 /// Inspector's verbose block: `event_trace_sn` (callback order) and `event_trace_ts` (callback
 /// wall time in us, as Inspector's gettimeofday), same shape; channel ids are NCCL's real ones.
@@ -91,7 +90,7 @@ inline void append_event_trace(std::string& out, std::string_view p, const op_tr
 }
 }  // namespace detail
 
-/// One op as a JSON line. `verbose` adds Inspector's event traces when the record carries an
+/// One completed op as one JSON line (newline included). `verbose` adds Inspector's event traces when the record carries an
 /// op_trace (NCCL_INSPECTOR_DUMP_VERBOSE=1 in the plugin).
 inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r, bool verbose = false) {
   const comm_desc& d = snap.comms[r.comm].desc;
