@@ -341,6 +341,9 @@ void choose_env(FuzzedDataProvider& in) {
   static const char* const sinks[] = {"prom", "json", "prom,json", "json,trace"};
   set("NCCLINSP_SINKS", sinks[in.ConsumeIntegralInRange<int>(0, 3)]);
   set("NCCL_INSPECTOR_DUMP_VERBOSE", in.ConsumeBool() ? "1" : "0");  // per-op callback traces
+  // Finalized communicators: mostly dropped at once (the final export of an input with many
+  // hostile 10 KB names otherwise dominates the run time), sometimes kept to the end.
+  set("NCCLINSP_RETAIN_FINALIZED_S", in.ConsumeIntegralInRange<int>(0, 7) ? "0" : "1");
   set("NCCLINSP_USER_TAG_LABEL", in.ConsumeBool() ? "1" : "0");
   set("NCCL_INSPECTOR_COLL_POOL_SIZE", in.ConsumeBool() ? "10" : "64");
   set("NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", in.ConsumeBool() ? "8" : "1024");
