@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ncclinsp/collector.hpp"
+#include "plugin_harness.hpp"
 
 namespace fixture {
 
@@ -55,12 +56,7 @@ inline ncclinsp::snapshot make_snapshot() {
   return snap;
 }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using ncclinsp_test::slurp;  // whole file as a string
 
 /// Compares with tests/golden/<name>; NCCLINSP_UPDATE_GOLDEN=1 rewrites the golden file instead.
 inline bool matches_golden(const std::string& name, const std::string& text) {
@@ -69,7 +65,7 @@ inline bool matches_golden(const std::string& name, const std::string& text) {
     std::ofstream(path, std::ios::binary) << text;
     return true;
   }
-  return read_file(path) == text;
+  return slurp(path) == text;
 }
 
 /// Runs `promtool check metrics` on `text`; returns its exit status and output.

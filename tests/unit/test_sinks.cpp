@@ -46,7 +46,7 @@ TEST_CASE("PromTextfileSink writes one file per GPU, creating the directory", "[
   CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.prom");
   std::string want;
   format::write_prometheus(want, snap, "GPU-11111111-2222-3333-4444-555555555555");
-  CHECK(fixture::read_file(dir + "/" + files[0]) == want);
+  CHECK(fixture::slurp(dir + "/" + files[0]) == want);
   CHECK(logs.empty());
 }
 
@@ -70,7 +70,7 @@ TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no 
   const auto snap = fixture::make_snapshot();
   PromTextfileSink({.dir = dir}).write(snap);
   const std::string file = dir + "/" + list_dir(dir)[0];
-  const std::string before = fixture::read_file(file);
+  const std::string before = fixture::slurp(file);
   // RLIMIT_FSIZE in a child process: writes past 512 bytes fail with EFBIG (SIGXFSZ is ignored).
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -85,7 +85,7 @@ TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no 
   ::waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(fixture::read_file(file) == before);
+  CHECK(fixture::slurp(file) == before);
   for (const auto& f : list_dir(dir)) CHECK(f.find(".tmp") == std::string::npos);
 }
 
@@ -113,7 +113,7 @@ TEST_CASE("JsonSink appends every record and a dump_stats line per communicator"
     JsonSink again({.dir = dir, .file_name = "ranks.log"});  // re-init must not truncate (Inspector does)
     CHECK(again.write(snap) == export_result::success);
   }
-  const std::string text = fixture::read_file(dir + "/ranks.log");
+  const std::string text = fixture::slurp(dir + "/ranks.log");
   const std::size_t per_write = snap.records.size() + snap.comms.size();
   CHECK(count_lines(text) == 2 * per_write);
   std::size_t records = 0, pos = 0;
@@ -132,7 +132,7 @@ TEST_CASE("JsonSink keeps lines in memory while the directory is unusable, then 
   CHECK(warnings == 1);
   ::unlink(dir.c_str());
   CHECK(sink.write(snap) == export_result::success);
-  const std::string text = fixture::read_file(dir + "/x.log");
+  const std::string text = fixture::slurp(dir + "/x.log");
   CHECK(count_lines(text) == 3 * (snap.records.size() + snap.comms.size()));
   CHECK(sink.dropped() == 0);
 }
@@ -143,11 +143,11 @@ TEST_CASE("JsonSink rotation counts the records it discards", "[sink][json]") {
   JsonSink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
   for (int i = 0; i < 6; ++i) sink.write(snap);
   const std::size_t per_write = snap.records.size() + snap.comms.size();
-  const std::size_t kept = count_lines(fixture::read_file(dir + "/r.log")) + count_lines(fixture::read_file(dir + "/r.log.1"));
+  const std::size_t kept = count_lines(fixture::slurp(dir + "/r.log")) + count_lines(fixture::slurp(dir + "/r.log.1"));
   CHECK(sink.dropped() > 0);
   CHECK(kept + sink.dropped() == 6 * per_write + /* dump_stats lines that report drops */ (kept + sink.dropped() - 6 * per_write));
   CHECK(kept + sink.dropped() >= 6 * per_write);
-  CHECK(fixture::read_file(dir + "/r.log").find("\"dropped_total\":") != std::string::npos);
+  CHECK(fixture::slurp(dir + "/r.log").find("\"dropped_total\":") != std::string::npos);
 }
 
 TEST_CASE("CallbackSink catches exceptions and reports them", "[sink][callback]") {

@@ -39,6 +39,7 @@
 
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/platform.hpp"
+#include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/model.hpp"
 
 #ifndef NCCLINSP_HAS_CUDA_RUNTIME
@@ -95,7 +96,7 @@ class basic_event_timer {
   using event_t = typename Api::event_t;
   using stream_t = typename Api::stream_t;
   using inflight = typename Inspector::inflight;
-  static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
+  static constexpr std::uint32_t no_slot = detail::slot_bitmap::none;
 
   /// Handed from start() to stop()/abort() on the caller's thread. Plain data.
   struct token {
@@ -106,15 +107,14 @@ class basic_event_timer {
   /// Creates the event pool on the current device and registers the resolver. Cold; events that
   /// cannot be created shrink the pool (reported through cuda_errors).
   explicit basic_event_timer(Inspector& insp, Api api = {}, event_timer_options o = {})
-      : insp_(insp), api_(std::move(api)), size_(o.pool_size ? o.pool_size : 1), words_((size_ + 63) / 64),
-        slots_(new slot[size_]), used_(new std::atomic<std::uint64_t>[words_]()) {
+      : insp_(insp), api_(std::move(api)), size_(o.pool_size ? o.pool_size : 1), slots_(new slot[size_]), free_(size_) {
     ready_.reserve(size_);
     for (std::uint32_t i = 0; i < size_; ++i) {
       slot& s = slots_[i];
       s.ok = api_.create(s.start) && (api_.create(s.stop) || (api_.destroy(s.start), false));
       if (!s.ok) {
         cuda_errors_.fetch_add(1, std::memory_order_relaxed);
-        used_[i / 64].fetch_or(std::uint64_t{1} << (i % 64), std::memory_order_relaxed);  // never handed out
+        free_.retire(i);  // never handed out
       }
     }
     if (o.register_poller) poller_ = insp_.add_poller([this] { poll(); });
@@ -266,35 +266,18 @@ class basic_event_timer {
     float ms;
   };
 
-  std::uint32_t alloc() noexcept {
-    const std::uint32_t start = hint_.load(std::memory_order_relaxed);
-    for (std::uint32_t k = 0; k < words_; ++k) {
-      const std::uint32_t w = (start + k) % words_;
-      std::uint64_t cur = used_[w].load(std::memory_order_relaxed);
-      while (~cur) {
-        const auto bit = static_cast<std::uint32_t>(__builtin_ctzll(~cur));
-        const std::uint32_t idx = w * 64 + bit;
-        if (idx >= size_) break;
-        // acquire: the resolver's writes to the slot (free_slot) happen before our reuse
-        if (used_[w].compare_exchange_weak(cur, cur | (std::uint64_t{1} << bit), std::memory_order_acquire)) {
-          if (w != start) hint_.store(w, std::memory_order_relaxed);
-          return idx;
-        }
-      }
-    }
-    return no_slot;
-  }
+  // acquire inside alloc(): the resolver's writes to the slot (free_slot) happen before our reuse
+  std::uint32_t alloc() noexcept { return free_.alloc(); }
   void free_slot(std::uint32_t idx) noexcept {
     slots_[idx].state.store(st_free, std::memory_order_relaxed);
-    used_[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+    free_.release(idx);
   }
 
   Inspector& insp_;
   Api api_;
-  std::uint32_t size_, words_;
+  std::uint32_t size_;
   std::unique_ptr<slot[]> slots_;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> used_;
-  alignas(detail::cache_line) std::atomic<std::uint32_t> hint_{0};
+  detail::slot_bitmap free_;  // which slots are taken
   std::atomic<std::uint64_t> next_ticket_{0};
   alignas(detail::cache_line) std::atomic<std::uint64_t> timed_{0}, captured_{0}, pool_exhausted_{0}, cuda_errors_{0};
   std::mutex poll_mu_;

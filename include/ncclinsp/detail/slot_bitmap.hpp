@@ -1,6 +1,7 @@
 #pragma once
 /// A fixed pool of indices [0, size) handed out lock-free: one bit per index, CAS on 64-bit words,
-/// a hint to the last word that had room. Used for in-flight op slots (plugin and embedded mode).
+/// a hint to the last word that had room. Used for in-flight op slots (plugin, embedded mode, the
+/// CUDA event timer's pool).
 /// Thread-safety: alloc/release from any thread; no allocation after construction.
 
 #include <atomic>
@@ -37,6 +38,9 @@ class slot_bitmap {
     }
     return none;
   }
+
+  /// Takes `idx` out of the pool for good (cold: e.g. a slot whose resources could not be made).
+  void retire(std::uint32_t idx) noexcept { used_[idx / 64].fetch_or(std::uint64_t{1} << (idx % 64), std::memory_order_relaxed); }
 
   /// Returns `idx` to the pool. release: publish this holder's writes to the next one.
   void release(std::uint32_t idx) noexcept { used_[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release); }
