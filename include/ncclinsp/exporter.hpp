@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +34,10 @@ struct exporter_options {
   /// Time between exports; zero or negative exports only at flush() and stop().
   std::chrono::milliseconds interval{1000};
   log_fn log{};
+  /// Called on the exporter thread with each snapshot before the sinks see it (e.g. a
+  /// change_detector adding its gauges and events). Must not throw for long: an exception skips
+  /// that export.
+  std::function<void(snapshot&)> prepare{};
 };
 
 template <class Collector>
@@ -123,7 +128,8 @@ class exporter {
 
     void export_once(bool final) noexcept {
       try {
-        const auto snap = col.take_snapshot(final);
+        auto snap = col.take_snapshot(final);
+        if (opts.prepare) opts.prepare(snap);
         for (auto& s : sinks) s.write(snap);
       } catch (...) {
         emit(opts.log, log_level::warn, "export failed (out of memory?); retrying at the next interval");

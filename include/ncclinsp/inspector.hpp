@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detector.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/log.hpp"
@@ -73,6 +74,12 @@ struct inspector_options {
   bool user_tag_label = false;
   /// A removed communicator's final values stay in the exports this long (collector_options).
   std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
+  /// In-process bus-bandwidth change detection at every export (detector.hpp; enabled by default).
+  detector_options detector{};
+  /// Called on the exporter thread when a communicator/collective/size turns degraded or recovers
+  /// (the same events reach sinks in snapshot::busbw_events). Should return quickly; an exception
+  /// is caught and logged.
+  std::function<void(const busbw_event&)> on_busbw_event{};
   log_fn log{};
 
   /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
@@ -106,6 +113,7 @@ struct inspector_options {
     r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
     r.user_tag_label = o.user_tag_label;
     r.retired_retention = std::chrono::seconds(o.retain_finalized_s);
+    r.detector = detector_options_from(o);
     r.log = log;
     if (!o.enable) return r;
     r.record_ring_capacity = record_ring_for(o);
@@ -162,10 +170,23 @@ class basic_inspector {
       : opts_(std::move(o)),
         col_(collector_options{.record_ring_capacity = opts_.record_ring_capacity, .user_tag_label = opts_.user_tag_label,
                                .identity = with_embedded_abi(opts_.identity), .retired_retention = opts_.retired_retention}),
-        extras_(new std::atomic<comm_extra*>[Traits::max_comms]()) {
+        extras_(new std::atomic<comm_extra*>[Traits::max_comms]()),
+        detector_(opts_.detector) {
     source_.self = this;
     if (!opts_.enabled) return;
-    ex_ = std::make_unique<exporter<source>>(source_, std::move(opts_.sinks), exporter_options{.interval = opts_.interval, .log = opts_.log});
+    auto prepare = [this](snapshot& s) {
+      detector_.update(s);
+      if (!opts_.on_busbw_event) return;
+      for (const auto& e : s.busbw_events) {
+        try {
+          opts_.on_busbw_event(e);
+        } catch (...) {
+          emit(opts_.log, log_level::warn, "the on_busbw_event callback threw; ignored");
+        }
+      }
+    };
+    ex_ = std::make_unique<exporter<source>>(source_, std::move(opts_.sinks),
+                                             exporter_options{.interval = opts_.interval, .log = opts_.log, .prepare = std::move(prepare)});
     ex_->start();
   }
 
@@ -382,6 +403,7 @@ class basic_inspector {
   std::mutex poll_mu_;
   std::vector<std::pair<std::uint64_t, std::function<void()>>> pollers_;
   std::uint64_t poller_ids_ = 0;
+  change_detector detector_;  // exporter thread only
   source source_;
   std::unique_ptr<exporter<source>> ex_;  // last member: stopped first (destructor) while the rest lives
 };

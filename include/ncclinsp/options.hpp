@@ -53,6 +53,14 @@ struct options {
   std::int64_t exit_flush_ms = 2000;     ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
   std::int64_t retain_finalized_s = 120; ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
+  // ---- diagnosis signals (docs/diagnosis.md) ----
+  bool detect = true;                    ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
+  std::uint32_t detect_threshold_pct = 92;  ///< NCCLINSP_DETECT_THRESHOLD_PCT: degraded below this % of baseline
+  std::uint32_t detect_recent = 3;       ///< NCCLINSP_DETECT_RECENT: windows in the recent median
+  std::uint32_t detect_baseline = 30;    ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
+  std::uint32_t detect_min_ops = 8;      ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
+  bool proxy = false;                    ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
+  std::uint32_t proxy_sample = 16;       ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
 
   /// Effective export interval in ms; 0 means "only at flush/teardown".
   std::int64_t interval_ms() const noexcept {
@@ -235,6 +243,13 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
   e.integer("NCCLINSP_EXIT_FLUSH_MS", o.exit_flush_ms, 0, 600000);
   e.integer("NCCLINSP_RETAIN_FINALIZED_S", o.retain_finalized_s, 0, 86400);
+  e.boolean("NCCLINSP_DETECT", o.detect);
+  e.integer("NCCLINSP_DETECT_THRESHOLD_PCT", o.detect_threshold_pct, 1, 99);
+  e.integer("NCCLINSP_DETECT_RECENT", o.detect_recent, 1, 64);
+  e.integer("NCCLINSP_DETECT_BASELINE", o.detect_baseline, 1, 64);
+  e.integer("NCCLINSP_DETECT_MIN_OPS", o.detect_min_ops, 1, 1 << 20);
+  e.boolean("NCCLINSP_PROXY", o.proxy);
+  e.integer("NCCLINSP_PROXY_SAMPLE", o.proxy_sample, 1, 1 << 20);
   return o;
 }
 
@@ -257,6 +272,10 @@ inline std::string options::describe() const {
   kv("labels", lb.empty() ? "-" : lb);
   kv("retain_finalized", std::to_string(retain_finalized_s) + "s");
   kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
+  kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" + std::to_string(detect_recent) +
+                            " baseline=" + std::to_string(detect_baseline) + " min_ops=" + std::to_string(detect_min_ops)
+                      : std::string("off"));
+  kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
   return s;
 }
 

@@ -91,6 +91,29 @@ struct departed_counts {
   std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
 };
 
+/// In-process bus-bandwidth change detection (detector.hpp): one entry per communicator x
+/// collective x native (pow2) size bucket whose baseline is established.
+struct busbw_health {
+  std::uint32_t comm = 0;         ///< index into snapshot::comms
+  func fn = func::unknown;
+  std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
+  double baseline_gbs = 0;        ///< reference bus bandwidth (frozen while degraded)
+  double recent_gbs = 0;          ///< median of the recent windows
+  double ratio = 1;               ///< recent / baseline
+  bool degraded = false;
+  std::uint64_t degradations = 0; ///< times it entered the degraded state (a counter)
+};
+
+/// A change of degraded state, for callbacks (self-contained: the communicator is copied).
+struct busbw_event {
+  comm_desc comm;
+  func fn = func::unknown;
+  std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
+  bool degraded = false;          ///< true: entered the degraded state; false: recovered
+  double baseline_gbs = 0, recent_gbs = 0, ratio = 1;
+  std::uint64_t time_unix_ns = 0;
+};
+
 struct record_entry {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   op_record op;
@@ -108,6 +131,8 @@ struct snapshot {
   std::vector<std::uint64_t> user_tags;
   std::uint64_t comm_table_full = 0;
   std::vector<departed_counts> departed;  ///< per GPU; add to the sums over `comms`
+  std::vector<busbw_health> busbw;        ///< filled by a change_detector (empty without one)
+  std::vector<busbw_event> busbw_events;  ///< state changes found in this snapshot
 };
 
 }  // namespace ncclinsp

@@ -6,6 +6,7 @@
 /// locale-independent and never NaN/Inf. Series are sorted, so output is deterministic.
 /// Thread-safety: pure function (cold path).
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -176,6 +177,28 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
             return l;
           }())] = static_cast<double>(c->last_seq_plus1[f] - 1);
     for (const auto& [l, v] : rows) sample(out, "ncclinsp_last_completed_seq", l, v);
+  }
+
+  // ---- in-process change detection (detector.hpp), when a detector ran ---------------------------
+  if (!snap.busbw.empty()) {
+    std::vector<std::pair<std::string, const busbw_health*>> rows;
+    for (const auto& b : snap.busbw) {
+      if (snap.comms[b.comm].desc.uuid != uuid) continue;
+      label_list l = comm_labels(snap, snap.comms[b.comm].desc);
+      l.insert(l.end(), {{"collective", std::string(to_string(b.fn))}, {"message_size", pow2_bucketer::label(b.size_bucket)}});
+      add_user_labels(l, snap);
+      rows.emplace_back(render(l), &b);
+    }
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (!rows.empty()) {
+      family(out, "ncclinsp_busbw_ratio_to_baseline", "gauge",
+             "In-process detector: median bus bandwidth of the recent export windows / the baseline windows' median (frozen while degraded).");
+      for (const auto& [l, b] : rows) sample(out, "ncclinsp_busbw_ratio_to_baseline", l, b->ratio);
+      family(out, "ncclinsp_busbw_degraded", "gauge", "In-process detector: 1 while this communicator/collective/size is degraded, else 0.");
+      for (const auto& [l, b] : rows) sample(out, "ncclinsp_busbw_degraded", l, b->degraded ? 1.0 : 0.0);
+      family(out, "ncclinsp_busbw_degradations_total", "counter", "In-process detector: times this communicator/collective/size turned degraded.");
+      for (const auto& [l, b] : rows) sample(out, "ncclinsp_busbw_degradations_total", l, static_cast<double>(b->degradations));
+    }
   }
 
   // ---- GPU / process families ------------------------------------------------------------------

@@ -33,6 +33,7 @@
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detector.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
@@ -316,6 +317,7 @@ class plugin_state {
     co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,
                    .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
     col_ = std::make_unique<collector<>>(std::move(co));
+    detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
     // so the handler stays mapped.
@@ -328,8 +330,15 @@ class plugin_state {
   void start_exporter() {
     auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
     std::vector<any_sink> sinks = sinks_from_options(opts_, lg);
-    exporter_ = std::make_unique<exporter<collector<>>>(*col_, std::move(sinks),
-                                                        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg});
+    // The detector runs on the exporter thread; its state changes go to NCCL's log (WARN when a
+    // communicator degrades, so they show without NCCL_DEBUG=INFO).
+    auto prepare = [this](snapshot& s) {
+      detector_->update(s);
+      for (const auto& e : s.busbw_events) log(e.degraded ? log_level::warn : log_level::info, describe(e));
+    };
+    exporter_ = std::make_unique<exporter<collector<>>>(
+        *col_, std::move(sinks),
+        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg, .prepare = std::move(prepare)});
     exporter_->start();
   }
 
@@ -581,6 +590,7 @@ class plugin_state {
   bool configured_ = false;
   options opts_;
   std::unique_ptr<collector<>> col_;
+  std::unique_ptr<change_detector> detector_;  // exporter thread only
   std::unique_ptr<exporter<collector<>>> exporter_;
   std::atomic<abi::logger_t> logger_{nullptr};
   std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};

@@ -1,0 +1,204 @@
+// change_detector on synthetic export windows (per-op 2% jitter, +-5% wobble, a 13% step), and
+// through the embedded inspector (gauges in the .prom text, events to the callback).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ncclinsp/detector.hpp"
+#include "ncclinsp/format/prometheus_text.hpp"
+#include "ncclinsp/inspector.hpp"
+#include "ncclinsp/sinks/callback_sink.hpp"
+
+using namespace ncclinsp;
+
+namespace {
+
+constexpr std::uint64_t bytes = 16u << 20;  // AllReduce, 8 ranks
+constexpr int nranks = 8;
+
+/// One export window of one key: `ops` AllReduces at `gbs` x (1 + N(0, jitter)) each.
+snapshot window(std::uint64_t t_s, int ops, double gbs, std::mt19937_64& rng, double jitter = 0.02) {
+  snapshot s;
+  s.time_unix_ns = t_s * 1'000'000'000ull;
+  s.comms.push_back({});
+  s.comms[0].desc = {.name = "dp", .hash = 0xd00d, .rank = 3, .nranks = nranks, .nnodes = 4, .device = 3, .uuid = "GPU-3"};
+  cell_snapshot c;
+  c.fn = func::all_reduce;
+  c.size_index = inspector_bucketer::index(bytes);
+  std::normal_distribution<double> noise(0.0, jitter);
+  const double bb = bus_bytes(func::all_reduce, bytes, nranks);
+  for (int i = 0; i < ops; ++i) {
+    const double bw = gbs * (1.0 + noise(rng));  // GB/s = bytes/ns
+    c.window.bw_count += 1;
+    c.window.ops += 1;
+    c.window.bus_bytes += bb;
+    c.window.busy_ns += static_cast<std::uint64_t>(bb / bw);
+  }
+  s.cells.push_back(c);
+  return s;
+}
+
+/// Healthy level with a +-5% wobble: a slow sine (period `period_s`) plus a random +-5% step
+/// every 20 s (a neighbour job's traffic, thermal throttling); both within +-5% in total.
+struct wobble {
+  double period_s;
+  std::mt19937_64 rng{7};
+  double level = 0;
+  double operator()(std::uint64_t t) {
+    if (t % 20 == 0) level = std::uniform_real_distribution<double>(-0.025, 0.025)(rng);
+    return 1.0 + 0.025 * std::sin(2 * std::numbers::pi * static_cast<double>(t) / period_s) + level;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("detector: no event over 30 min of a healthy run with 2% jitter and +-5% wobble", "[detector]") {
+  for (double period : {30.0, 120.0, 600.0}) {
+    INFO("wobble period " << period << " s");
+    change_detector det;
+    std::mt19937_64 rng(period);
+    wobble w{period};
+    std::size_t events = 0, judged = 0;
+    double lowest = 2;
+    for (std::uint64_t t = 1; t <= 1800; ++t) {
+      snapshot s = window(t, 20, 40.0 * w(t), rng);
+      det.update(s);
+      events += s.busbw_events.size();
+      for (const auto& b : s.busbw) {
+        ++judged;
+        lowest = std::min(lowest, b.ratio);
+        CHECK_FALSE(b.degraded);
+      }
+    }
+    CHECK(events == 0);
+    CHECK(judged > 1700);  // judged nearly every window after warm-up
+    CHECK(lowest > 0.92);
+  }
+}
+
+TEST_CASE("detector: a 13% bus-bandwidth drop is flagged within 3 windows, and its recovery", "[detector]") {
+  for (double period : {30.0, 120.0, 600.0}) {
+    for (std::uint64_t onset : {97ull, 113ull, 151ull}) {
+      INFO("wobble period " << period << " s, onset " << onset);
+      change_detector det;
+      std::mt19937_64 rng(onset);
+      wobble w{period};
+      std::uint64_t flagged = 0, recovered = 0;
+      for (std::uint64_t t = 1; t <= 400; ++t) {
+        const bool fault = t >= onset && t < onset + 120;
+        snapshot s = window(t, 20, 40.0 * w(t) * (fault ? 0.87 : 1.0), rng);
+        det.update(s);
+        for (const auto& e : s.busbw_events) {
+          if (e.degraded && !flagged) {
+            flagged = t;
+            CHECK(e.ratio < 0.92);
+            CHECK(e.ratio > 0.78);
+            CHECK(e.fn == func::all_reduce);
+            CHECK(e.comm.name == "dp");
+            CHECK(e.comm.rank == 3);
+            CHECK(pow2_bucketer::label(e.size_bucket) == "16MiB-32MiB");
+          }
+          if (!e.degraded && flagged && !recovered) recovered = t;
+        }
+        if (flagged && !recovered) {
+          REQUIRE(s.busbw.size() == 1);
+          CHECK(s.busbw[0].degraded);
+          CHECK(s.busbw[0].degradations == 1);
+        }
+      }
+      REQUIRE(flagged >= onset);
+      CHECK(flagged - onset <= 2);  // the third degraded window at the latest
+      REQUIRE(recovered > onset + 120);
+      CHECK(recovered - (onset + 120) <= 3);
+    }
+  }
+}
+
+TEST_CASE("detector: one slow window or a drop smaller than the threshold is not flagged", "[detector]") {
+  change_detector det;
+  std::mt19937_64 rng(3);
+  std::size_t events = 0;
+  for (std::uint64_t t = 1; t <= 300; ++t) {
+    double f = 1.0;
+    if (t == 100 || t == 160) f = 0.5;            // isolated outliers (a checkpoint write)
+    if (t >= 200 && t < 260) f = 0.96;            // a 4% dip: within the wobble
+    snapshot s = window(t, 20, 30.0 * f, rng);
+    det.update(s);
+    events += s.busbw_events.size();
+  }
+  CHECK(events == 0);
+}
+
+TEST_CASE("detector: sparse keys accumulate min_ops before a value, departed communicators are forgotten", "[detector]") {
+  change_detector det({.min_ops = 8});
+  std::mt19937_64 rng(5);
+  std::size_t judged_at = 0;
+  for (std::uint64_t t = 1; t <= 200; ++t) {
+    snapshot s = window(t, 2, 40.0, rng);  // 2 ops per window: one value every 4 windows
+    det.update(s);
+    if (!s.busbw.empty() && !judged_at) judged_at = t;
+  }
+  CHECK(judged_at == 4 * (3 + 8));  // recent + min_baseline values, 4 windows each
+  CHECK(det.keys() == 1);
+  snapshot empty;
+  empty.time_unix_ns = 201'000'000'000ull;
+  det.update(empty);
+  CHECK(det.keys() == 0);
+  CHECK(empty.busbw.empty());
+}
+
+TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busbw_event", "[detector][embedded]") {
+  std::mutex mu;
+  std::vector<busbw_event> events;
+  std::string last_text;
+  inspector_options o;
+  o.interval = std::chrono::milliseconds(0);  // one window per flush()
+  o.identity.node = "n1";
+  o.on_busbw_event = [&](const busbw_event& e) {
+    std::lock_guard lk(mu);
+    events.push_back(e);
+  };
+  o.sinks = make_sinks(callback_sink([&](const snapshot& s) {
+    std::string t;
+    for (const auto& u : format::gpu_uuids(s)) format::write_prometheus(t, s, u);
+    std::lock_guard lk(mu);
+    last_text = std::move(t);
+  }));
+  inspector insp(std::move(o));
+  const comm_handle h = insp.add_comm({.name = "dp", .hash = 0xd00d, .rank = 1, .nranks = nranks, .nnodes = 4, .device = 1, .uuid = "GPU-1"});
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  const double bb = bus_bytes(func::all_reduce, bytes, nranks);
+  std::uint64_t t = 1'000'000;
+  for (int w = 0; w < 60; ++w) {
+    const double gbs = w < 45 ? 40.0 : 40.0 * 0.87;
+    for (int i = 0; i < 10; ++i) {
+      const auto dur = static_cast<std::uint64_t>(bb / (gbs * (1 + noise(rng))));
+      insp.record(h, make_op(func::all_reduce, bytes / 2, dtype::bfloat16, t, t + dur));
+      t += dur + 1000;
+    }
+    REQUIRE(insp.flush());
+    std::lock_guard lk(mu);
+    if (w == 44) {
+      CHECK(events.empty());
+      CHECK(last_text.find("ncclinsp_busbw_degraded{") != std::string::npos);
+      CHECK(last_text.find("collective=\"AllReduce\",message_size=\"16MiB-32MiB\"} 0") != std::string::npos);
+    }
+  }
+  std::lock_guard lk(mu);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].degraded);
+  CHECK(events[0].comm.hash == 0xd00d);
+  CHECK(events[0].ratio == Approx(0.87).margin(0.04));
+  CHECK(last_text.find("# TYPE ncclinsp_busbw_ratio_to_baseline gauge") != std::string::npos);
+  CHECK(last_text.find("# TYPE ncclinsp_busbw_degradations_total counter") != std::string::npos);
+  CHECK(last_text.find("ncclinsp_busbw_degraded{slurm_job_id=") != std::string::npos);
+  CHECK(last_text.find("message_size=\"16MiB-32MiB\"} 1") != std::string::npos);
+  CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") != std::string::npos);
+}
