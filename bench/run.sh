@@ -5,7 +5,7 @@
 #      MEM_COLLECTOR_OPS (1e8), MEM_PLUGIN_OPS (1e7), NCCLINSP_SINKS (prom; json measures the JSON mode).
 # Builds nothing: configure and build first, e.g.
 #   cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLINSP_BUILD_TESTS=OFF
-#   ninja -C build-bench bench_hotpath bench_plugin bench_export bench_memory ncclinsp_null_plugin nccl-profiler-ncclinsp
+#   ninja -C build-bench bench_hotpath bench_plugin bench_export bench_memory bench_proxy ncclinsp_null_plugin nccl-profiler-ncclinsp
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../build-bench}"
@@ -14,7 +14,7 @@ min_time="${MIN_TIME:-0.2}"
 reps="${REPS:-1}"
 mkdir -p "$out"
 bin="$build/bench"
-for b in bench_hotpath bench_plugin bench_export bench_memory; do
+for b in bench_hotpath bench_plugin bench_export bench_memory bench_proxy; do
   [[ -x "$bin/$b" ]] || { echo "run.sh: $bin/$b not built" >&2; exit 1; }
 done
 
@@ -25,7 +25,7 @@ lscpu > "$out/lscpu.txt" 2>/dev/null || true
 dump="$(mktemp -d /tmp/ncclinsp-bench.XXXXXX)"  # the plugin's dump dir; the final .prom is kept in results
 trap 'rm -rf "$dump"' EXIT
 rm -f "$out"/*.prom
-for b in bench_hotpath bench_plugin bench_export; do
+for b in bench_hotpath bench_plugin bench_export bench_proxy; do
   echo "== $b" >&2
   NCCL_INSPECTOR_DUMP_DIR="$dump/$b" "$bin/$b" "${common[@]}" --benchmark_out="$out/$b.json"
 done

@@ -184,6 +184,21 @@ def main():
                                  f"{grow / 1024:+.0f} KiB", grow <= 256 * 1024))
         print()
 
+    prox = load(os.path.join(res, "bench_proxy.json"))
+    if prox:
+        base = ns(get(prox, "proxy/none"))
+        print("## Proxy accounting (NCCLINSP_PROXY=1): one 4-channel collective, 8 ProxyOps x 8 steps when emitted\n")
+        print("| mode | ns per collective | vs no proxy events | allocs/op |")
+        print("|---|---|---|---|")
+        for name, label in (("proxy/none", "no proxy events (NCCLINSP_PROXY unset)"), ("proxy/unsampled", "proxy on, op not sampled (8 NULL ProxyOps)"),
+                            ("proxy/mix_1_in_16", "proxy on, 1 op in 16 sampled (default)"), ("proxy/sampled", "every op sampled (320 step callbacks)"),
+                            ("proxy/none_null_plugin", "do-nothing plugin, no proxy events"),
+                            ("proxy/sampled_null_plugin", "do-nothing plugin (handles), every proxy callback")):
+            b = get(prox, name)
+            if b:
+                print(f"| {label} | {fmt(ns(b))} | {fmt(ns(b) / base, 2)}x | {b.get('allocs_per_op', 0):g} |")
+        print()
+
     if allocs:
         verdicts.append(("0 heap allocations per op after warm-up (every ncclinsp and null benchmark)", f"max {max_allocs:g}", max_allocs == 0))
     if verdicts:

@@ -33,6 +33,7 @@
 #include "ncclinsp/detail/thread_slot.hpp"
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/proxy_stats.hpp"
 #include "ncclinsp/snapshot.hpp"
 #include "ncclinsp/traits.hpp"
 
@@ -52,6 +53,9 @@ struct collector_options {
   /// exported once more, then dropped. Keep it above the scrape interval of whoever reads the
   /// exports, or the last values of a short-lived communicator may never be scraped.
   std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
+  /// Give every communicator a proxy_table (about 6 KB) for network-step accounting, exported in
+  /// snapshot::proxy (the plugin with NCCLINSP_PROXY=1).
+  bool proxy_accounting = false;
 };
 
 /// Handle of a registered communicator; cheap to copy.
@@ -99,6 +103,12 @@ class collector {
       return invalid_comm;
     }
     c.reset_counters();
+    if (opts_.proxy_accounting) {
+      if (c.proxy)
+        c.proxy->reset();
+      else
+        c.proxy.reset(new (std::nothrow) proxy_table);  // without memory: no proxy accounting for it
+    }
     const std::uint32_t gen = (c.state_gen.load(std::memory_order_relaxed) >> 8) + 1;
     c.state_gen.store(comm_live | (gen & 15u) << 8, std::memory_order_release);
     return h;
@@ -117,6 +127,10 @@ class collector {
       c.state_gen.store(comm_retired | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
     }
   }
+
+  /// The proxy accounting table of `h` (collector_options::proxy_accounting), or nullptr. Cold: call
+  /// after add_comm; the table lives as long as the collector.
+  proxy_table* proxy_of(comm_handle h) noexcept { return h < Traits::max_comms ? comms_[h].proxy.get() : nullptr; }
 
   /// Hot: an op of `h` was handed to the GPU (in-flight accounting).
   void note_started(comm_handle h) noexcept {
@@ -248,6 +262,10 @@ class collector {
           keep_window[i] = true;
         }
         comm_index[i] = static_cast<std::uint32_t>(snap.comms.size());
+        if (c.proxy)
+          c.proxy->for_each([&](const proxy_table::peer_totals& t) {
+            snap.proxy.push_back({.comm = comm_index[i], .peer = t.peer, .send = t.send, .wait_ns = t.wait_ns, .bytes = t.bytes, .steps = t.steps});
+          });
         snap.comms.push_back(std::move(cs));
       }
     }
@@ -349,6 +367,7 @@ class collector {
     std::atomic<std::uint32_t> state_gen{comm_free};  // state (8 bits) | generation (4 bits) << 8
     comm_desc desc;
     inflight_probe probe;
+    std::unique_ptr<proxy_table> proxy;    // collector_options::proxy_accounting; written by the proxy thread
     std::uint64_t retired_steady = 0;      // under the collector mutex
     bool retired_reported = false;         // under the collector mutex
     std::uint64_t seen_completed = 0;      // exporter only

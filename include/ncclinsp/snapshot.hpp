@@ -114,6 +114,15 @@ struct busbw_event {
   std::uint64_t time_unix_ns = 0;
 };
 
+/// Network proxy accounting of one (communicator, peer, direction) (proxy_stats.hpp): cumulative.
+struct proxy_peer_snapshot {
+  std::uint32_t comm = 0;                  ///< index into snapshot::comms
+  int peer = 0;                            ///< peer rank in the communicator
+  bool send = false;
+  std::array<std::uint64_t, 3> wait_ns{};  ///< send: gpu, peer_credit, network; recv: network, flush, gpu
+  std::uint64_t bytes = 0, steps = 0;
+};
+
 struct record_entry {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   op_record op;
@@ -131,6 +140,7 @@ struct snapshot {
   std::vector<std::uint64_t> user_tags;
   std::uint64_t comm_table_full = 0;
   std::vector<departed_counts> departed;  ///< per GPU; add to the sums over `comms`
+  std::vector<proxy_peer_snapshot> proxy;  ///< sampled network steps (collector_options::proxy_accounting)
   std::vector<busbw_health> busbw;        ///< filled by a change_detector (empty without one)
   std::vector<busbw_event> busbw_events;  ///< state changes found in this snapshot
 };

@@ -18,6 +18,7 @@
 #include "ncclinsp/format/series.hpp"
 #include "ncclinsp/format/text.hpp"
 #include "ncclinsp/histogram.hpp"
+#include "ncclinsp/proxy_stats.hpp"
 #include "ncclinsp/snapshot.hpp"
 #include "ncclinsp/version.hpp"
 
@@ -177,6 +178,42 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
             return l;
           }())] = static_cast<double>(c->last_seq_plus1[f] - 1);
     for (const auto& [l, v] : rows) sample(out, "ncclinsp_last_completed_seq", l, v);
+  }
+
+  // ---- network proxy accounting (sampled ProxyStep events), when enabled ------------------------
+  {
+    struct row {
+      std::string dir_labels;                 // comm labels + peer + direction
+      const proxy_peer_snapshot* p;
+    };
+    std::vector<row> rows;
+    for (const auto& p : snap.proxy) {
+      if (snap.comms[p.comm].desc.uuid != uuid) continue;
+      label_list l = comm_labels(snap, snap.comms[p.comm].desc);
+      l.insert(l.end(), {{"peer", std::to_string(p.peer)}, {"direction", p.send ? "send" : "recv"}});
+      add_user_labels(l, snap);
+      rows.push_back({render(l, false), &p});
+    }
+    std::sort(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.dir_labels < b.dir_labels; });
+    if (!rows.empty()) {
+      family(out, "ncclinsp_proxy_wait_seconds_total", "counter",
+             "Sampled network steps (NCCLINSP_PROXY): seconds spent per ProxyStep state, per peer rank and direction (send: gpu, peer_credit, "
+             "network; recv: network, flush, gpu).");
+      for (const auto& r : rows)
+        for (std::size_t s = 0; s < 3; ++s) {
+          out += "ncclinsp_proxy_wait_seconds_total";
+          out += r.dir_labels;
+          out += ",state=\"";
+          out += proxy_wait_names[(r.p->send ? 0 : 3) + s];
+          out += "\"} ";
+          append_double(out, static_cast<double>(r.p->wait_ns[s]) * 1e-9);
+          out += '\n';
+        }
+      family(out, "ncclinsp_proxy_bytes_total", "counter", "Sampled network steps (NCCLINSP_PROXY): bytes, per peer rank and direction.");
+      for (const auto& r : rows) sample(out, "ncclinsp_proxy_bytes_total", r.dir_labels + "}", static_cast<double>(r.p->bytes));
+      family(out, "ncclinsp_proxy_steps_total", "counter", "Sampled network steps (NCCLINSP_PROXY): steps completed, per peer rank and direction.");
+      for (const auto& r : rows) sample(out, "ncclinsp_proxy_steps_total", r.dir_labels + "}", static_cast<double>(r.p->steps));
+    }
   }
 
   // ---- in-process change detection (detector.hpp), when a detector ran ---------------------------

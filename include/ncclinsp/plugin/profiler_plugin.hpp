@@ -13,6 +13,11 @@
 ///  - No throw crosses the C ABI; only init may return an error; no I/O on NCCL's threads.
 /// Hot path (startEvent/stopEvent/recordEventState for Coll, P2p, KernelCh): no lock, no
 /// allocation, a few relaxed atomics on the op's own slot.
+/// Proxy accounting (NCCLINSP_PROXY=1, off by default): ProxyOp/ProxyStep are subscribed, and
+/// for 1 op in NCCLINSP_PROXY_SAMPLE (by sequence number, so every rank samples the same ops) the
+/// ProxyOps get a handle; the others get NULL, so NCCL emits no steps for them. Each step's state
+/// transitions are timed on the proxy thread (CLOCK_MONOTONIC) into the communicator's
+/// proxy_table: per peer and direction, no lock, no allocation (a fixed step pool per communicator).
 
 #include <dlfcn.h>
 #include <time.h>
@@ -46,7 +51,11 @@ namespace ncclinsp::plugin {
 using abi::result_t;
 
 /// Handle layout (never 0): kind:2 | gen:22 | comm:12 | slot:16 | channel:8 ... packed in 64 bits.
+/// `group` handles are auxiliary: their low byte says which (aux_* below).
 enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, group = 3 };
+/// Low byte of a `group` handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry,
+/// gen = communicator generation, bit 7 = send), a ProxyStep (slot = step slot, gen = its generation).
+inline constexpr std::uint32_t aux_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_send = 0x80;
 struct decoded {
   handle_kind kind = handle_kind::none;
   std::uint32_t gen = 0, comm = 0, slot = 0, channel = 0;
@@ -88,7 +97,17 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<bool> enq_stopped{false};       // the op's own stopEvent was seen (a second one is ignored)
   std::uint32_t expected_ch = 0;
   bool is_ce = false;
+  bool proxy_sampled = false;                 // its ProxyOps get handles (NCCLINSP_PROXY)
   op_record rec;
+};
+
+/// One network step in flight (ProxyStep start -> state transitions -> stop), on the proxy thread.
+struct proxy_step_slot {
+  std::atomic<std::uint32_t> gen{1};
+  std::uint32_t entry = 0;           // proxy_table entry (peer, direction)
+  std::uint8_t wait = 0xFF;          // current proxy_wait, 0xFF = none yet
+  std::uint64_t since_ns = 0;        // CLOCK_MONOTONIC at the last transition
+  std::uint64_t bytes = 0;           // latest transSize
 };
 
 /// Callback detail of one in-flight op, only when traces are recorded (verbose JSON, trace sink).
@@ -107,8 +126,9 @@ struct traced_op {
 
 /// One communicator on this rank.
 struct comm_state {
-  comm_state(std::uint32_t pool, bool traced)
-      : pool_size(pool), slots(new op_slot[pool]), traces(traced ? new traced_op[pool] : nullptr), free(pool) {}
+  comm_state(std::uint32_t pool, bool traced, std::uint32_t proxy_steps)
+      : pool_size(pool), slots(new op_slot[pool]), traces(traced ? new traced_op[pool] : nullptr), free(pool),
+        step_count(proxy_steps), steps(proxy_steps ? new proxy_step_slot[proxy_steps] : nullptr), step_free(proxy_steps) {}
   comm_handle handle = invalid_comm;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
@@ -117,6 +137,10 @@ struct comm_state {
   std::unique_ptr<traced_op[]> traces;  // parallel to slots, or null
   detail::slot_bitmap free;  // which slots are in use
   std::atomic<std::uint64_t> p2p_seq{0};
+  proxy_table* proxy = nullptr;  // owned by the collector; null without NCCLINSP_PROXY
+  std::uint32_t step_count;
+  std::unique_ptr<proxy_step_slot[]> steps;
+  detail::slot_bitmap step_free;
 
   /// Lock-free slot allocation; UINT32_MAX when the pool is full.
   std::uint32_t alloc() noexcept { return free.alloc(); }
@@ -169,7 +193,8 @@ class plugin_state {
         return abi::invalid_argument;
       }
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      auto cs = std::make_unique<comm_state>(pool > 65535 ? 65535 : pool, col_->options().record_traces);  // 16 handle bits
+      auto cs = std::make_unique<comm_state>(pool > 65535 ? 65535 : pool, col_->options().record_traces,  // 16 handle bits
+                                             opts_.proxy ? proxy_steps_per_comm : 0);
       cs->nranks = nranks;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       comm_state* raw = cs.get();
@@ -182,6 +207,7 @@ class plugin_state {
       }
       cs->handle = h;
       cs->gen = ++comm_gen_;
+      cs->proxy = col_->proxy_of(h);
       comms_[h].store(cs.release(), std::memory_order_release);
       *context = as_handle(encode(handle_kind::op, comms_[h].load()->gen, h, 0xFFFF));
       if (live_comms_++ == 0) start_exporter();
@@ -189,6 +215,7 @@ class plugin_state {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
         if (opts_.enable_p2p) m |= static_cast<int>(abi::ev_p2p);
         if (abi_version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
+        if (opts_.proxy) m |= static_cast<int>(abi::ev_proxy_op | abi::ev_proxy_step);  // bits 3 and 4 in every ABI version
         // NCCL's mask is one process-wide int that other threads read (atomically, relaxed) while
         // another communicator initializes: store it atomically too.
         std::atomic_ref<int>(*mask).store(m, std::memory_order_relaxed);
@@ -238,6 +265,8 @@ class plugin_state {
     if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
+    if (type == abi::ev_proxy_step) return start_step(handle, d->parentObj);
+    if (type == abi::ev_proxy_op) return start_proxy_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
     if constexpr (std::is_same_v<Descr, abi::descr_v4>) {
       // NCCL 2.27 starts Coll/P2p only under a non-NULL Group handle: give a constant, inert one.
       if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::group, 0, 0, 0));
@@ -253,6 +282,7 @@ class plugin_state {
   result_t stop_event(void* handle) noexcept {
     const decoded k = decode(handle);
     if (k.kind == handle_kind::channel) return stop_channel(k);
+    if (k.kind == handle_kind::group) return (k.channel & 3u) == aux_proxy_step ? stop_step(k) : abi::success;
     if (k.kind != handle_kind::op) return abi::success;
     comm_state* cs = nullptr;
     op_slot* op = find_op(k, cs);
@@ -272,7 +302,10 @@ class plugin_state {
   }
 
   result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
-    if (state != abi::st_kernel_ch_stop) return abi::success;
+    if (state != abi::st_kernel_ch_stop) {
+      proxy_wait w;
+      return proxy_wait_of(state, w) ? record_step(handle, w, args) : abi::success;
+    }
     const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
     comm_state* cs = nullptr;
@@ -307,11 +340,13 @@ class plugin_state {
     configured_ = true;
     pin_library();
     opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
+    pid_ = ::getpid();
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);
     co.record_traces = traces_for(opts_);
     co.user_tag_label = opts_.user_tag_label;
     co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
+    co.proxy_accounting = opts_.proxy;
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
     co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,
@@ -421,6 +456,7 @@ class plugin_state {
     s.rec = rec;
     s.expected_ch = channels;
     s.is_ce = ce;
+    s.proxy_sampled = false;
     s.ch_stopped.store(0, std::memory_order_relaxed);
     s.gpu_lo.store(0, std::memory_order_relaxed);
     s.gpu_hi.store(0, std::memory_order_relaxed);
@@ -457,6 +493,7 @@ class plugin_state {
     if (idx == UINT32_MAX) return abi::success;
     op_record& r = cs->slots[idx].rec;
     r.seq = d->coll.seqNumber;
+    cs->slots[idx].proxy_sampled = cs->proxy && r.seq % opts_.proxy_sample == 0;  // same ops on every rank
     r.alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
     r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
     if constexpr (requires { d->coll.userTag; }) {
@@ -481,6 +518,7 @@ class plugin_state {
     op_record& r = cs->slots[idx].rec;
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    cs->slots[idx].proxy_sampled = cs->proxy && r.seq % opts_.proxy_sample == 0;
     r.alg = algo::none;
     r.pro = proto::none;
     if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
@@ -548,6 +586,81 @@ class plugin_state {
     return abi::success;
   }
 
+  // ---- proxy accounting (proxy thread) ---------------------------------------------------------
+  static constexpr std::uint32_t proxy_steps_per_comm = 1024;  // steps in flight per communicator
+
+  /// ProxyOp of a sampled op of ours: a handle naming the (peer, direction) entry; NULL otherwise
+  /// (unsampled, PXN op of another process, proxy accounting off), so NCCL emits no steps for it.
+  result_t start_proxy_op(void** handle, void* parent, pid_t pid, int peer, bool send) noexcept {
+    if (pid != pid_) return abi::success;  // PXN: parent and context belong to another process
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s || !s->proxy_sampled || !cs->proxy) return abi::success;
+    const std::uint32_t e = cs->proxy->entry(peer, send);
+    if (e == proxy_table::none) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs->handle, drop_reason::table_full);
+      return abi::success;
+    }
+    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e, aux_proxy_op | (send ? aux_send : 0)));
+    return abi::success;
+  }
+
+  result_t start_step(void** handle, void* parent) noexcept {
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::group || (k.channel & 3u) != aux_proxy_op) return abi::success;
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || (cs->gen & 0x3FFFFFu) != k.gen || !cs->proxy || k.slot >= proxy_table::capacity) return abi::success;
+    const std::uint32_t idx = cs->step_free.alloc();
+    if (idx == detail::slot_bitmap::none) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs->handle, drop_reason::table_full);
+      return abi::success;
+    }
+    proxy_step_slot& st = cs->steps[idx];
+    st.entry = k.slot;
+    st.wait = 0xFF;
+    st.since_ns = 0;
+    st.bytes = 0;
+    *handle = as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
+    return abi::success;
+  }
+
+  /// The step slot a decoded ProxyStep handle names, or nullptr (stale, stopped, foreign, garbage).
+  proxy_step_slot* find_step(const decoded& k, comm_state*& cs) const noexcept {
+    if (k.kind != handle_kind::group || (k.channel & 3u) != aux_proxy_step) return nullptr;
+    cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
+    proxy_step_slot& st = cs->steps[k.slot];
+    return (st.gen.load(std::memory_order_acquire) & 0x3FFFFFu) == k.gen ? &st : nullptr;
+  }
+
+  /// A transition: the time since the previous one goes to the previous state.
+  result_t record_step(void* handle, proxy_wait w, const abi::state_args* args) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(decode(handle), cs);
+    if (!st) return abi::success;
+    const std::uint64_t now = precise_ns();
+    if (st->wait != 0xFF && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    st->wait = static_cast<std::uint8_t>(w);
+    st->since_ns = now;
+    if (args) st->bytes = args->proxyStep.transSize;
+    return abi::success;
+  }
+
+  result_t stop_step(const decoded& k) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(k, cs);
+    if (!st) return abi::success;
+    const std::uint64_t now = precise_ns();
+    if (st->wait != 0xFF && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    cs->proxy->add_step(st->entry, st->bytes);
+    // One proxy thread starts and stops a communicator's steps: a plain generation bump.
+    st->gen.store(st->gen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    cs->step_free.release(k.slot);
+    return abi::success;
+  }
+
   /// Builds the record from the channel timestamps and hands it to the collector.
   void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
     op_record r = s.rec;
@@ -595,6 +708,7 @@ class plugin_state {
   std::atomic<abi::logger_t> logger_{nullptr};
   std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};
   std::uint32_t comm_gen_ = 0;
+  pid_t pid_ = 0;  // ours: ProxyOps with another pid are PXN ops of another process
   std::uint32_t live_comms_ = 0;
   std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
