@@ -86,6 +86,7 @@ class change_detector {
       w.busy_ns += c.window.busy_ns;
       w.comm = c.comm;
     }
+    for (auto& [k, s] : keys_) ++s.idle;
     for (auto& [k, w] : now) {
       state& s = keys_[k];
       s.carry.ops += w.ops;
@@ -94,10 +95,13 @@ class change_detector {
       if (s.carry.ops >= o_.min_ops) {
         push(s, s.carry.bus_bytes / static_cast<double>(s.carry.busy_ns));
         s.carry = {};
+        s.idle = 0;
         judge(snap, k, w.comm, s);
       }
     }
-    // Export every judged key of a communicator still in the snapshot; forget the others.
+    // Export every judged key of a live communicator that had a value within the last `baseline`
+    // exports (a size no longer used, or a destroyed communicator, stops reporting its last
+    // state); forget the keys of communicators that left the snapshot.
     std::map<std::tuple<std::uint64_t, int, std::string>, std::uint32_t> comm_of;
     for (std::uint32_t i = 0; i < snap.comms.size(); ++i) comm_of[{snap.comms[i].desc.hash, snap.comms[i].desc.rank, snap.comms[i].desc.uuid}] = i;
     for (auto it = keys_.begin(); it != keys_.end();) {
@@ -107,7 +111,7 @@ class change_detector {
         continue;
       }
       const state& s = it->second;
-      if (s.judged)
+      if (s.judged && s.idle <= o_.baseline && !snap.comms[c->second].retired)
         snap.busbw.push_back({.comm = c->second, .fn = it->first.fn, .size_bucket = it->first.bucket, .baseline_gbs = s.base,
                               .recent_gbs = s.recent, .ratio = s.ratio, .degraded = s.degraded, .degradations = s.degradations});
       ++it;
@@ -139,6 +143,7 @@ class change_detector {
     window carry;
     bool judged = false, degraded = false;
     std::uint32_t streak = 0;              // consecutive values beyond the active threshold
+    std::uint32_t idle = 0;                // updates since the last value
     double base = 0, recent = 0, ratio = 1, frozen = 0;
     std::uint64_t degradations = 0;
   };

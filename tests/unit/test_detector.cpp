@@ -146,8 +146,22 @@ TEST_CASE("detector: sparse keys accumulate min_ops before a value, departed com
   }
   CHECK(judged_at == 4 * (3 + 8));  // recent + min_baseline values, 4 windows each
   CHECK(det.keys() == 1);
+  // A destroyed (retired) communicator's keys are not reported while it stays in the exports.
+  snapshot retired = window(201, 0, 40.0, rng);
+  retired.comms[0].retired = true;
+  det.update(retired);
+  CHECK(retired.busbw.empty());
+  // The size stops being used: its last state is reported for `baseline` exports, then no more.
+  std::size_t reported = 0;
+  for (std::uint64_t t = 202; t <= 260; ++t) {
+    snapshot s = window(t, 0, 40.0, rng);
+    det.update(s);
+    reported += s.busbw.size();
+  }
+  CHECK(reported == 29);  // the last value came at t=200 (every 4th window); idle 2..30 here
+  CHECK(det.keys() == 1);
   snapshot empty;
-  empty.time_unix_ns = 201'000'000'000ull;
+  empty.time_unix_ns = 261'000'000'000ull;
   det.update(empty);
   CHECK(det.keys() == 0);
   CHECK(empty.busbw.empty());
