@@ -243,10 +243,13 @@ struct run {
       d.kernelCh.pTimer = in.ConsumeBool() ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
                                            : in.ConsumeIntegral<std::uint64_t>();
     } else if (type == abi::ev_proxy_op) {
-      d.proxyOp.pid = in.ConsumeIntegral<pid_t>();
+      d.proxyOp.pid = in.ConsumeIntegralInRange<int>(0, 3) ? ::getpid() : in.ConsumeIntegral<pid_t>();  // mostly ours (PXN: not)
       d.proxyOp.channelId = in.ConsumeIntegral<std::uint8_t>();
-      d.proxyOp.peer = in.ConsumeIntegral<int>();
+      d.proxyOp.peer = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 200) : in.ConsumeIntegral<int>();
       d.proxyOp.nSteps = in.ConsumeIntegral<int>();
+      d.proxyOp.isSend = in.ConsumeIntegral<int>();
+    } else if (type == abi::ev_proxy_step) {
+      d.proxyStep.step = in.ConsumeIntegral<int>();
     } else if constexpr (requires { d.ceColl; }) {
       if (type == abi::ev_ce_coll) {
         d.ceColl.seqNumber = in.ConsumeIntegral<std::uint64_t>();
@@ -284,12 +287,12 @@ struct run {
   }
 
   void do_record() {
-    static constexpr int states[] = {abi::st_proxy_op_in_progress_v4, abi::st_proxy_step_send_peer_wait_v4, abi::st_net_plugin_update,
+    static constexpr int states[] = {abi::st_proxy_op_in_progress_v4, abi::st_proxy_step_send_peer_wait_v4, 8, 9, 10, 11, 12, abi::st_net_plugin_update,
                                      abi::st_kernel_ch_stop, abi::st_group_start_api_stop, abi::st_group_end_api_start,
                                      abi::st_ce_coll_start, abi::st_ce_batch_complete, abi::st_kernel_phase_stop};
     const int st = in.ConsumeIntegralInRange<int>(0, 7) ? states[in.ConsumeIntegralInRange<std::size_t>(0, std::size(states) - 1)]
                                                        : in.ConsumeIntegral<int>();
-    abi::state_args a;
+    abi::state_args a;  // one union: also ProxyStep's transSize
     a.kernelCh.pTimer = in.ConsumeBool() ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
                                          : in.ConsumeIntegral<std::uint64_t>();
     abi::state_args* pa = in.ConsumeIntegralInRange<int>(0, 15) ? &a : nullptr;
@@ -347,6 +350,8 @@ void choose_env(FuzzedDataProvider& in) {
   set("NCCLINSP_USER_TAG_LABEL", in.ConsumeBool() ? "1" : "0");
   set("NCCL_INSPECTOR_COLL_POOL_SIZE", in.ConsumeBool() ? "10" : "64");
   set("NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", in.ConsumeBool() ? "8" : "1024");
+  set("NCCLINSP_PROXY", in.ConsumeBool() ? "1" : "0");  // sampled ProxyOp/ProxyStep accounting
+  set("NCCLINSP_PROXY_SAMPLE", in.ConsumeBool() ? "1" : "3");
 }
 
 }  // namespace
@@ -374,6 +379,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   ::setenv("NCCL_INSPECTOR_COLL_POOL_SIZE", "16", 1);
   ::setenv("NCCL_INSPECTOR_P2P_POOL_SIZE", "10", 1);
   ::setenv("NCCL_INSPECTOR_DUMP_COLL_RING_SIZE", "8", 1);
+  ::setenv("NCCLINSP_PROXY", "1", 1);
+  ::setenv("NCCLINSP_PROXY_SAMPLE", "2", 1);
   return 0;
 }
 
