@@ -225,3 +225,47 @@ TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handle
   REQUIRE(files.size() == 1);
   CHECK(slurp(files[0]).find("ncclinsp_proxy_") == std::string::npos);
 }
+
+TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WARN and exported as gauges", "[plugin][detector]") {
+  const std::string dir = fresh_dir("detect");
+  auto env = proxy_env(dir, "1");
+  env.erase("NCCLINSP_PROXY");
+  env["NCCLINSP_INTERVAL"] = "100ms";
+  env["NCCLINSP_DETECT_MIN_OPS"] = "4";
+  REQUIRE(in_child(env, [dir] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(1);
+            sim::comm_driver comm(lib, {.comm_hash = 0xde7, .name = "dp", .n_nodes = 2, .n_ranks = 4, .rank = 0});
+            const std::string prom = dir + "/nccl_inspector_metrics_" + uuid_of(1) + ".prom";
+            // One export window per iteration: record ops, then wait for the exporter's next file.
+            auto next_export = [&](double after) {
+              for (int i = 0; i < 400; ++i) {
+                const double ts = sample(slurp(prom), "ncclinsp_export_timestamp_seconds", {});
+                if (ts > after) return ts;
+                sleep_ms(10);
+              }
+              return after;
+            };
+            const int warns0 = sim::logger_warn_count().load();
+            double ts = next_export(0);
+            std::uint64_t t = t0;
+            for (int w = 0; w < 40; ++w) {
+              const double f = w < 25 ? 1.0 : 0.87;  // bus bandwidth factor
+              for (int i = 0; i < 8; ++i) {
+                const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 4u << 20});
+                const auto dur = static_cast<std::uint64_t>(1'000'000 * (1.0 + 0.02 * ((i * 7 + w) % 5 - 2) / 2.0) / f);
+                comm.complete(p, t, t + dur);
+                t += dur + 10'000;
+              }
+              ts = next_export(ts);
+              if (w == 24 && sim::logger_warn_count().load() != warns0) return 1;  // no event while healthy
+            }
+            if (sim::logger_warn_count().load() == warns0) return 2;  // the drop was logged
+            const std::string text = slurp(prom);
+            if (sample(text, "ncclinsp_busbw_degraded", {"comm_name=\"dp\"", "collective=\"AllReduce\"", "message_size=\"16MiB-32MiB\""}) != 1) return 3;
+            const double r = sample(text, "ncclinsp_busbw_ratio_to_baseline", {"comm_name=\"dp\"", "collective=\"AllReduce\""});
+            if (!(r > 0.83 && r < 0.91)) return 4;
+            comm.finalize();
+            return 0;
+          }) == 0);
+}
