@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The GPU check (issue 12): the plugin on real NCCL. Builds the profiler plugin and
+# examples/nccl_wrappers against this machine's CUDA and NCCL, runs an AllReduce / AllGather /
+# ReduceScatter sweep (8 B .. 1 GiB, every local GPU, one process) with the plugin off and on, and
+# prints one table: the plugin's busbw (from its .prom files) against the example's own CUDA-event
+# busbw, the plugin's overhead (on vs off), finalize time and dropped events.
+# Exit: 0 pass, 1 a check failed, 77 skipped (nvidia-smi finds no GPU). Bound: ~8 min on one node.
+#   bash scripts/gpu_check.sh [build-dir]
+# Environment: CUDAToolkit_ROOT / NCCL_HOME to pick the toolkit and NCCL; GPU_CHECK_MIN_BYTES,
+# GPU_CHECK_MAX_BYTES (8, 1073741824), GPU_CHECK_TARGET_MS (time per point, 50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "SKIP: nvidia-smi finds no GPU"
+  exit 77
+fi
+nvidia-smi -L
+
+BUILD=${1:-build-gpu-check}
+OUT=$BUILD/gpu-check
+MIN=${GPU_CHECK_MIN_BYTES:-8}
+MAX=${GPU_CHECK_MAX_BYTES:-1073741824}
+TARGET_MS=${GPU_CHECK_TARGET_MS:-50}
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed for the table"; exit 1; }
+
+start=$SECONDS
+echo "== build (plugin + nccl_wrappers_example, Release)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLINSP_BUILD_TESTS=OFF -DNCCLINSP_BUILD_SIM=OFF \
+  -DNCCLINSP_BUILD_BENCH=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_BUILD_EXAMPLES=ON >"$BUILD.configure.log" 2>&1 ||
+  { cat "$BUILD.configure.log"; exit 1; }
+grep -E "examples: " "$BUILD.configure.log" || true
+cmake --build "$BUILD" -j "$(nproc)" --target nccl-profiler-ncclinsp
+if ! cmake --build "$BUILD" -j "$(nproc)" --target nccl_wrappers_example; then
+  echo "FAIL: examples/nccl_wrappers did not build (CUDA Toolkit and NCCL found? set CUDAToolkit_ROOT / NCCL_HOME)"
+  exit 1
+fi
+PLUGIN=$(find "$ROOT/$BUILD" -name 'libnccl-profiler-ncclinsp.so' -print -quit)
+EXAMPLE=$ROOT/$BUILD/examples/nccl_wrappers_example
+rm -rf "$OUT" && mkdir -p "$OUT/prom"
+
+echo "== sweep, plugin off (+$((SECONDS - start)) s)"
+env -u NCCL_PROFILER_PLUGIN NCCL_INSPECTOR_ENABLE=0 NCCLINSP_ENABLE=0 \
+  timeout 200 "$EXAMPLE" --sweep "$MIN" "$MAX" "$TARGET_MS" >"$OUT/off.tsv" 2>"$OUT/off.err" ||
+  { cat "$OUT/off.err"; echo "FAIL: sweep without the plugin"; exit 1; }
+echo "== sweep, plugin on (+$((SECONDS - start)) s)"
+NCCL_PROFILER_PLUGIN=$PLUGIN NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_PROM_DUMP=1 NCCL_INSPECTOR_DUMP_DIR=$ROOT/$OUT/prom \
+  NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES=0 NCCLINSP_NODE_NAME=gpu-check \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,PROFILE \
+  timeout 200 "$EXAMPLE" --sweep "$MIN" "$MAX" "$TARGET_MS" >"$OUT/on.tsv" 2>"$OUT/on.err" ||
+  { tail -50 "$OUT/on.err"; echo "FAIL: sweep with the plugin"; exit 1; }
+grep -i "ncclinsp\|profiler" "$OUT/on.err" | head -5 || true
+echo "== table (+$((SECONDS - start)) s)"
+
+rc=0
+python3 - "$OUT" <<'EOF' || rc=$?
+import glob, math, os, re, sys
+out = sys.argv[1]
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
+
+def size_of(s):
+    m = re.fullmatch(r"(\d+)(B|KiB|MiB|GiB|TiB|PiB|EiB)", s)
+    return int(m.group(1)) * UNITS[m.group(2)] if m else None
+
+def read_sweep(path):
+    points, meta = {}, {}
+    for line in open(path):
+        f = line.rstrip("\n").split("\t")
+        if f[0] == "sweep":
+            points[(f[1], int(f[2]))] = {"rank_bytes": int(f[3]), "iters": int(f[4]), "us": float(f[5]), "busbw": float(f[6])}
+        elif len(f) == 2:
+            meta[f[0]] = float(f[1])
+    return points, meta
+
+off, off_meta = read_sweep(os.path.join(out, "off.tsv"))
+on, on_meta = read_sweep(os.path.join(out, "on.tsv"))
+
+# Per rank (file) and (collective, bucket [lo, hi)): bus bytes, busy seconds, ops; drops per file.
+sample = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
+label = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+cells, drops, files = {}, 0.0, sorted(glob.glob(os.path.join(out, "prom", "*.prom")))
+for path in files:
+    for line in open(path):
+        m = sample.match(line.strip())
+        if not m:
+            continue
+        fam, labels, value = m.group(1), dict(label.findall(m.group(2))), float(m.group(3))
+        if fam == "ncclinsp_dropped_events_total":
+            drops += value
+        if fam not in ("ncclinsp_bus_bytes_total", "ncclinsp_busy_seconds_total", "ncclinsp_ops_total"):
+            continue
+        lo, _, hi = labels.get("message_size", "").partition("-")
+        lo, hi = size_of(lo), size_of(hi)
+        if lo is None or hi is None:
+            continue
+        c = cells.setdefault((path, labels.get("collective"), lo, hi), {})
+        c[fam] = c.get(fam, 0.0) + value
+
+def prom_busbw(coll, rank_bytes):
+    """Mean over ranks of bus bytes / busy seconds in the bucket holding rank_bytes (GB/s), ops per rank."""
+    vals, ops = [], []
+    for (path, c, lo, hi), v in cells.items():
+        if c == coll and lo <= rank_bytes < hi and v.get("ncclinsp_busy_seconds_total", 0) > 0:
+            vals.append(v.get("ncclinsp_bus_bytes_total", 0.0) / v["ncclinsp_busy_seconds_total"] / 1e9)
+            ops.append(v.get("ncclinsp_ops_total", 0.0))
+    return (sum(vals) / len(vals), sum(ops) / len(ops)) if vals else (None, 0)
+
+def fmt_size(b):
+    for u in ("GiB", "MiB", "KiB"):
+        if b >= UNITS[u]:
+            return "%g %s" % (b / UNITS[u], u)
+    return "%d B" % b
+
+ranks = int(on_meta.get("ranks", 0))
+print("%d GPU(s), %d .prom file(s); busbw in GB/s; time per op in us (CUDA events, slowest GPU)" % (ranks, len(files)))
+hdr = ("collective", "size", "iters", "t off", "t on", "busbw off", "busbw on", "busbw .prom", ".prom vs on", "overhead")
+print("%-13s %9s %5s %10s %10s %9s %9s %11s %11s %9s" % hdr)
+fail, over_goal = [], []
+for (coll, total), p_on in sorted(on.items(), key=lambda kv: (kv[0][0] != "AllReduce", kv[0][0], kv[0][1])):
+    p_off = off.get((coll, total))
+    pb, ops = prom_busbw(coll, p_on["rank_bytes"])
+    agree = overhead = None
+    if pb is not None and p_on["busbw"] > 0:
+        agree = (pb - p_on["busbw"]) / p_on["busbw"] * 100
+    if p_off:
+        overhead = (p_on["us"] - p_off["us"]) / p_off["us"] * 100
+    big = total >= (1 << 20)
+    flag = ""
+    if big and ranks > 1 and (agree is None or abs(agree) > 5):
+        flag += " DISAGREE"
+        fail.append("%s %s: .prom busbw %s vs %.1f" % (coll, fmt_size(total), "missing" if pb is None else "%.1f" % pb, p_on["busbw"]))
+    if big and overhead is not None and overhead > 1:
+        flag += " OVERHEAD"
+        over_goal.append("%s %s: %+.2f%%" % (coll, fmt_size(total), overhead))
+    print("%-13s %9s %5d %10.1f %10.1f %9.2f %9.2f %11s %11s %9s%s" % (
+        coll, fmt_size(total), p_on["iters"], p_off["us"] if p_off else float("nan"), p_on["us"],
+        p_off["busbw"] if p_off else float("nan"), p_on["busbw"], "-" if pb is None else "%.2f" % pb,
+        "-" if agree is None else "%+.1f%%" % agree, "-" if overhead is None else "%+.2f%%" % overhead, flag))
+print()
+print("finalize (ncclCommDestroy of %d communicators): %.1f ms with the plugin, %.1f ms without" % (
+    ranks, on_meta.get("destroy_ms", float("nan")), off_meta.get("destroy_ms", float("nan"))))
+print("init (ncclCommInitAll): %.1f ms with the plugin, %.1f ms without" % (on_meta.get("init_ms", float("nan")), off_meta.get("init_ms", float("nan"))))
+print("ncclinsp_dropped_events_total (all files): %d" % drops)
+if not files:
+    fail.append("no .prom file written (was the plugin loaded? see %s/on.err)" % out)
+if drops:
+    fail.append("%d events dropped" % drops)
+if ranks < 2:
+    print("note: one GPU: bus bandwidth is 0 by definition (factor (n-1)/n), only times are compared")
+if over_goal:
+    print("overhead above the 1%% goal at >= 1 MiB (%d points): %s" % (len(over_goal), "; ".join(over_goal)))
+if fail:
+    print("FAIL: " + "; ".join(fail))
+    sys.exit(1)
+print("PASS: .prom busbw within 5% of the CUDA-event busbw for every size >= 1 MiB, no drops")
+EOF
+echo "== done in $((SECONDS - start)) s (files in $OUT)"
+exit $rc
