@@ -12,7 +12,12 @@
 /// reused (cells lazily, by the thread that owns them). When the table is full, the oldest retired
 /// communicator gives up its slot early, so creating and destroying communicators keeps memory
 /// bounded.
-/// take_snapshot(): one consumer thread at a time (the exporter).
+/// take_snapshot(), take_records(): one consumer thread at a time (the exporter).
+/// Per-op records (record_ring_capacity > 0) go to a ring per thread; when a ring reaches a
+/// quarter of its capacity (its high-water mark) record() rings doorbell() once, so the exporter
+/// drains it (take_records) long before it is full instead of waiting for the next export. The
+/// crossing is the only extra work: one locked increment, plus a futex wake only if the exporter
+/// sleeps. Records that find their ring full are dropped and counted (record_ring_full).
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +34,7 @@
 
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/bucketing.hpp"
+#include "ncclinsp/detail/doorbell.hpp"
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/detail/thread_slot.hpp"
 #include "ncclinsp/histogram.hpp"
@@ -205,14 +211,57 @@ class collector {
     if (s->ring) push_record(*s, h, op, trace, exclusive, c);
   }
 
+  /// Rung when a thread's record ring crosses its high-water mark (the exporter sleeps on it).
+  detail::doorbell& doorbell() noexcept { return bell_; }
+
+  /// Whether any ring holds records (cheap; exporter thread).
+  bool records_pending() const noexcept {
+    for (auto& sp : shards_) {
+      const shard* s = sp.load(std::memory_order_acquire);
+      if (s && s->ring && s->head.load(std::memory_order_acquire) != s->tail.load(std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+
+  /// Cold: a records-only snapshot (snapshot::records_only) in `snap`, whose vectors are reused
+  /// (cleared, capacity kept): the per-op records drained from the rings, with `identity`,
+  /// `time_unix_ns` and `comms` (descriptions and the retired flag only; counts are zero) for them
+  /// to refer to. No cells, no window. Same thread as take_snapshot().
+  void take_records(snapshot& snap) {
+    snap.records_only = true;
+    snap.final = false;
+    snap.time_unix_ns = unix_ns();
+    snap.identity = opts_.identity;
+    snap.comms.clear();
+    snap.cells.clear();
+    snap.records.clear();
+    snap.traces.clear();
+    comm_index_.assign(Traits::max_comms, ~0u);
+    {
+      std::lock_guard lk(mu_);
+      for (std::uint32_t i = 0; i < n_comms_; ++i) {
+        const std::uint32_t st = comms_[i].state_gen.load(std::memory_order_acquire) & 0xFF;
+        if (st != comm_live && st != comm_retired) continue;
+        comm_index_[i] = static_cast<std::uint32_t>(snap.comms.size());
+        snap.comms.push_back({.desc = comms_[i].desc, .retired = st == comm_retired});
+      }
+    }
+    for (auto& sp : shards_)
+      if (shard* s = sp.load(std::memory_order_acquire); s && s->ring) drain_records(*s, snap, comm_index_);
+  }
+  snapshot take_records() {
+    snapshot snap;
+    take_records(snap);
+    return snap;
+  }
+
   /// Cold: builds a snapshot. Call from one thread at a time (the exporter).
   snapshot take_snapshot(bool final = false) {
     snapshot snap;
     std::vector<std::uint32_t> gone_now;
     const auto retention_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(opts_.retired_retention).count());
     snap.final = final;
-    snap.time_unix_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    snap.time_unix_ns = unix_ns();
     const std::uint64_t now_steady = steady_ns();
     snap.identity = opts_.identity;
     snap.comm_table_full = comm_table_full_.load(std::memory_order_relaxed);
@@ -330,6 +379,10 @@ class collector {
   }
 
  private:
+  static std::uint64_t unix_ns() noexcept {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
   static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
 
   struct alignas(detail::cache_line) cell {
@@ -350,6 +403,7 @@ class collector {
     std::unique_ptr<record_slot[]> ring;
     std::unique_ptr<op_trace[]> traces;  // parallel to ring, when record_traces
     std::uint32_t ring_cap = 0;
+    std::uint32_t ring_high = 0;  // high-water mark: rings the doorbell when the ring fills to it
     alignas(detail::cache_line) std::atomic<std::uint64_t> head{0};  // written by the recording thread
     std::atomic<std::uint64_t> table_full{0};
     alignas(detail::cache_line) std::atomic<std::uint64_t> tail{0};  // written by the exporter
@@ -469,6 +523,7 @@ class collector {
       fresh = new shard;
       if (opts_.record_ring_capacity) {
         fresh->ring_cap = opts_.record_ring_capacity;
+        fresh->ring_high = std::max<std::uint32_t>(1, fresh->ring_cap / 4);
         fresh->ring.reset(new record_slot[fresh->ring_cap]);
         if (opts_.record_traces) fresh->traces.reset(new op_trace[fresh->ring_cap]);
       }
@@ -522,7 +577,8 @@ class collector {
       return;
     }
     const std::uint64_t head = s.head.load(std::memory_order_relaxed);
-    if (head - s.tail.load(std::memory_order_acquire) >= s.ring_cap) NCCLINSP_UNLIKELY {
+    const std::uint64_t used = head - s.tail.load(std::memory_order_acquire);
+    if (used >= s.ring_cap) NCCLINSP_UNLIKELY {
       c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -530,6 +586,9 @@ class collector {
     if (traced) copy_trace(s.traces[head % s.ring_cap], *trace);
     s.ring[head % s.ring_cap] = record_slot{h, op, traced};
     s.head.store(head + 1, std::memory_order_release);
+    // The fill level only rises one at a time (the exporter only lowers it), so it meets the mark
+    // exactly once per crossing: one ring per `ring_high` records at most.
+    if (used + 1 == s.ring_high) NCCLINSP_UNLIKELY bell_.ring();
   }
 
   void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index) {
@@ -583,6 +642,8 @@ class collector {
   std::array<std::atomic<std::uint64_t>, Traits::max_user_tags> tags_{};
   alignas(detail::cache_line) std::atomic<std::uint64_t> comm_table_full_{0};
   std::unordered_map<std::uint64_t, cell_stats> prev_;  // exporter only
+  std::vector<std::uint32_t> comm_index_;               // exporter only (take_records)
+  detail::doorbell bell_;
 };
 
 }  // namespace ncclinsp

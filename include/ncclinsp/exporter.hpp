@@ -5,6 +5,10 @@
 /// thread is then detached, and the caller must keep the collector and sinks alive, as the plugin
 /// does). Sinks run only on this thread. Thread-safety: start/flush/stop may be called from any
 /// thread; the destructor joins.
+/// Between exports, when the collector has a record doorbell (collector::doorbell(), rung when a
+/// per-op record ring reaches its high-water mark) and some sink takes records (write_records),
+/// the thread wakes on it and hands the drained records (collector::take_records) to those sinks,
+/// so records never wait for the interval, which may be long or -1 (teardown only).
 ///
 /// \code
 /// ncclinsp::collector<> col;
@@ -68,7 +72,7 @@ class exporter {
     std::unique_lock lk(st_->mu);
     if (!st_->started || st_->stopping) return false;
     const std::uint64_t want = ++st_->flush_requests;
-    st_->cv.notify_all();
+    st_->poke();
     return st_->done_cv.wait_for(lk, timeout, [&] { return st_->flushes_done >= want || st_->finished; });
   }
 
@@ -87,7 +91,7 @@ class exporter {
         return true;
       }
       st_->stopping = true;
-      st_->cv.notify_all();
+      st_->poke();
       const bool ok = timeout == std::chrono::milliseconds::max()
                           ? (st_->done_cv.wait(lk, [&] { return st_->finished; }), true)
                           : st_->done_cv.wait_for(lk, timeout, [&] { return st_->finished; });
@@ -116,8 +120,16 @@ class exporter {
   }
 
  private:
+  static constexpr bool has_doorbell = requires(Collector& c) {
+    c.doorbell().value();
+    c.records_pending();
+    c.take_records(std::declval<snapshot&>());
+  };
+
   struct state {
-    state(Collector& c, std::vector<any_sink> s, exporter_options o) : col(c), sinks(std::move(s)), opts(std::move(o)) {}
+    state(Collector& c, std::vector<any_sink> s, exporter_options o) : col(c), sinks(std::move(s)), opts(std::move(o)) {
+      for (auto& k : sinks) drain_early = drain_early || k.takes_records();
+    }
     Collector& col;
     std::vector<any_sink> sinks;
     exporter_options opts;
@@ -125,6 +137,27 @@ class exporter {
     std::condition_variable cv, done_cv;
     bool started = false, stopping = false, finished = false, stop_called = false;
     std::uint64_t flush_requests = 0, flushes_done = 0, exports = 0;
+    bool drain_early = false;  // some sink takes records between exports
+    snapshot part;             // records-only snapshots, reused (exporter thread)
+
+    /// After a change to the flags above (made under mu).
+    void poke() {
+      cv.notify_all();
+      if constexpr (has_doorbell) col.doorbell().ring();
+    }
+    /// Records past a ring's high-water mark, to the sinks that take them (exporter thread).
+    void drain_records() noexcept {
+      if constexpr (has_doorbell) {
+        if (!col.records_pending()) return;
+        try {
+          col.take_records(part);
+          for (auto& s : sinks)
+            if (s.takes_records()) s.write_records(part);
+        } catch (...) {
+          emit(opts.log, log_level::warn, "draining per-op records failed (out of memory?); retrying at the next export");
+        }
+      }
+    }
 
     void export_once(bool final) noexcept {
       try {
@@ -137,6 +170,13 @@ class exporter {
       std::lock_guard lk(mu);
       ++exports;
     }
+    std::uint32_t bell_value() noexcept {
+      if constexpr (has_doorbell) return col.doorbell().value();
+      return 0;
+    }
+    void sleep_on_bell(std::uint32_t seen, std::chrono::steady_clock::time_point deadline) noexcept {
+      if constexpr (has_doorbell) col.doorbell().wait_until(seen, deadline);
+    }
     void final_export() noexcept {
       export_once(true);
       for (auto& s : sinks) s.shutdown();
@@ -146,11 +186,22 @@ class exporter {
       auto next = std::chrono::steady_clock::now() + opts.interval;
       while (!stopping) {
         const bool periodic = opts.interval.count() > 0;
-        auto wake = [&] { return stopping || flush_requests > flushes_done; };
-        if (periodic)
-          cv.wait_until(lk, next, wake);
-        else
-          cv.wait(lk, wake);
+        auto asked = [&] { return stopping || flush_requests > flushes_done; };
+        if (has_doorbell && drain_early) {
+          if (!asked() && (!periodic || std::chrono::steady_clock::now() < next)) {
+            // Sleep on the collector's doorbell (flush/stop ring it too); every wake drains.
+            const std::uint32_t seen = bell_value();
+            lk.unlock();
+            drain_records();
+            sleep_on_bell(seen, periodic ? next : std::chrono::steady_clock::time_point::max());
+            lk.lock();
+            continue;
+          }
+        } else if (periodic) {
+          cv.wait_until(lk, next, asked);
+        } else {
+          cv.wait(lk, asked);
+        }
         if (stopping) break;
         const std::uint64_t req = flush_requests;
         lk.unlock();

@@ -373,6 +373,10 @@ class basic_inspector {
       }
       return self->col_.take_snapshot(final);
     }
+    // Records drained between exports when a ring reaches its high-water mark (see exporter).
+    auto& doorbell() noexcept { return self->col_.doorbell(); }
+    bool records_pending() const noexcept { return self->col_.records_pending(); }
+    void take_records(snapshot& s) { self->col_.take_records(s); }
   };
 
   static process_identity with_embedded_abi(process_identity id) {

@@ -33,8 +33,8 @@ struct options {
   bool prom = false;                     ///< NCCL_INSPECTOR_PROM_DUMP: Prometheus instead of JSON
   bool prom_dump_stats = false;          ///< NCCL_INSPECTOR_PROM_DUMP_STATS (drop counters are always written)
   std::uint64_t min_size_bytes = 8192;   ///< NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES
-  std::uint32_t coll_ring_size = 1024;   ///< NCCL_INSPECTOR_DUMP_COLL_RING_SIZE (per-op records per thread)
-  std::uint32_t p2p_ring_size = 1024;    ///< NCCL_INSPECTOR_DUMP_P2P_RING_SIZE
+  std::uint32_t coll_ring_size = 8192;   ///< NCCL_INSPECTOR_DUMP_COLL_RING_SIZE (per-op records per thread; Inspector: 1024)
+  std::uint32_t p2p_ring_size = 8192;    ///< NCCL_INSPECTOR_DUMP_P2P_RING_SIZE
   std::uint32_t coll_pool_size = 256;    ///< NCCL_INSPECTOR_COLL_POOL_SIZE (in-flight collectives per comm)
   std::uint32_t p2p_pool_size = 256;     ///< NCCL_INSPECTOR_P2P_POOL_SIZE
   std::uint32_t comm_pool_size = 256;    ///< NCCL_INSPECTOR_COMM_POOL_SIZE (accepted, unused)

@@ -132,6 +132,9 @@ struct record_entry {
 struct snapshot {
   std::uint64_t time_unix_ns = 0;
   bool final = false;                 ///< taken at shutdown
+  /// Only `records` (+ `traces`), with `comms` to refer to: drained between exports when a record
+  /// ring reached its high-water mark (collector::take_records); given to sinks' write_records().
+  bool records_only = false;
   process_identity identity;
   std::vector<comm_snapshot> comms;
   std::vector<cell_snapshot> cells;

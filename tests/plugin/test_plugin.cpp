@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nccl_driver.hpp"
+#include "paced_load.hpp"
 #include "plugin_harness.hpp"
 #include "ncclinsp/bandwidth.hpp"
 
@@ -260,6 +261,58 @@ TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin
   CHECK(text.find("\"id\":\"0xabcdef0123456789\"") != std::string::npos);  // full hash, not truncated
   CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":2") != std::string::npos);
   CHECK(text.find("event_trace") == std::string::npos);  // only with NCCL_INSPECTOR_DUMP_VERBOSE=1
+}
+
+/// The integer after `"key":` in `line` (0 when absent).
+static std::uint64_t json_uint(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\":");
+  return at == std::string::npos ? 0 : std::stoull(line.substr(at + key.size() + 3, 24));
+}
+
+TEST_CASE("JSON mode at a sustained 30,000 ops/s with default settings: every op written, none dropped", "[plugin][json][rate]") {
+  // The per-thread ring (16384) fills in half a second at this rate, and the export interval is
+  // 1 s: only the high-water wake of the exporter keeps every record.
+  const std::string dir = fresh_dir("plugin");
+  auto env = prom_env(dir);
+  env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "1000000";
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            if (!lib.ok()) return 10;
+            set_device(0);
+            sim::comm_driver comm(lib, {.comm_hash = 0x5ca1ab1e, .name = "rate", .n_nodes = 1, .n_ranks = 8, .rank = 0});
+            if (!comm.active()) return 11;
+            const sim::paced_result r = sim::run_paced(comm, 30'000, 2.0, 4, t0);
+            comm.finalize();
+            std::ofstream(std::string(std::getenv("NCCL_INSPECTOR_DUMP_DIR")) + "/ops.txt") << r.ops << ' ' << r.achieved_rate() << '\n';
+            return 0;  // exit(): the plugin's exit flush lets a final export that outlived finalize land
+          }) == 0);
+  std::uint64_t ops = 0;
+  double rate = 0;
+  std::istringstream(slurp(dir + "/ops.txt")) >> ops >> rate;
+  REQUIRE(ops == 60'000);
+  CHECK(rate > 25'000);  // the run was paced at (about) the rate it claims
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  std::istringstream in(slurp(logs[0]));
+  std::uint64_t records = 0, reported = 0, dropped = ~0ull, completed = 0;
+  std::map<std::string, std::uint64_t> per_fn;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"coll_perf\"") != std::string::npos) {
+      ++records;
+      const auto f = line.find("{\"coll\":\"");
+      if (f != std::string::npos) ++per_fn[line.substr(f + 9, line.find('"', f + 9) - f - 9)];
+    } else if (line.find("\"dump_stats\"") != std::string::npos) {
+      reported += json_uint(line, "records");
+      dropped = json_uint(line, "dropped_total");
+      completed = json_uint(line, "completed_total");
+    }
+  }
+  CHECK(records == ops);
+  CHECK(reported == records);  // the dump_stats records fields count the drained lines too
+  CHECK(dropped == 0);
+  CHECK(completed == ops);
+  CHECK(per_fn == std::map<std::string, std::uint64_t>{{"AllGather", ops / 3}, {"AllReduce", ops / 3}, {"ReduceScatter", ops / 3}});
 }
 
 TEST_CASE("JSON verbose mode: event traces in callback order with real channel ids, and trace sink channel tracks", "[plugin][json][trace]") {

@@ -172,6 +172,37 @@ TEST_CASE("per-op records reach the snapshot in order, ring overflow is counted"
   CHECK(s.records.size() + s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 20);
 }
 
+TEST_CASE("a record ring rings the doorbell once per crossing of its high-water mark, take_records drains it alone", "[collector]") {
+  collector<> col({.record_ring_capacity = 16});  // high-water mark: 4
+  const auto h = col.add_comm(desc("hw"));
+  const std::uint32_t bell0 = col.doorbell().value();
+  for (int i = 0; i < 3; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  CHECK(col.doorbell().value() == bell0);
+  CHECK(col.records_pending());
+  col.record(h, make_op(func::all_reduce, 1 << 20, 1000, 3));
+  CHECK(col.doorbell().value() == bell0 + 1);
+  for (int i = 4; i < 12; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  CHECK(col.doorbell().value() == bell0 + 1);  // still above the mark: no second ring
+
+  snapshot part;
+  col.take_records(part);
+  CHECK(part.records_only);
+  CHECK(part.cells.empty());
+  REQUIRE(part.comms.size() == 1);
+  CHECK(part.comms[0].desc.name == "hw");
+  REQUIRE(part.records.size() == 12);
+  for (int i = 0; i < 12; ++i) CHECK(part.records[i].op.seq == static_cast<std::uint64_t>(i));
+  CHECK_FALSE(col.records_pending());
+  for (int i = 0; i < 4; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, 12 + i));
+  CHECK(col.doorbell().value() == bell0 + 2);  // drained, so the next crossing rings again
+
+  const auto s = col.take_snapshot();  // the rest, once; cells count every op
+  CHECK(s.records.size() == 4);
+  CHECK(s.records[0].op.seq == 12);
+  CHECK(sum_cells(s, func::all_reduce).ops == 16);
+  CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
+}
+
 TEST_CASE("in-flight, oldest age, retirement and abandoned ops", "[collector]") {
   collector<> col({.retired_retention = std::chrono::milliseconds(0)});
   const std::uint64_t started_at = collector<>::steady_ns() - 3'000'000'000ull;

@@ -103,3 +103,42 @@ TEST_CASE("an exporter that was never started still writes the final snapshot", 
   ex.stop();
   CHECK(finals == 1);
 }
+
+TEST_CASE("records past a ring's high-water mark reach write_records between exports, a sink without it waits for the export", "[exporter]") {
+  collector<> col({.record_ring_capacity = 64});  // high-water mark: 16
+  const auto h = col.add_comm({.name = "hw", .nranks = 2, .uuid = "GPU-h"});
+  struct record_taker {
+    std::atomic<std::uint64_t>* drained;
+    std::atomic<std::uint64_t>* in_exports;
+    export_result write(const snapshot& s) noexcept {
+      *in_exports += s.records.size();
+      return export_result::success;
+    }
+    export_result write_records(const snapshot& s) noexcept {
+      if (!s.records_only || !s.cells.empty()) return export_result::failure;
+      *drained += s.records.size();
+      return export_result::success;
+    }
+  };
+  std::atomic<std::uint64_t> drained{0}, in_exports{0}, plain{0};
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(record_taker{&drained, &in_exports});
+  sinks.emplace_back(CallbackSink([&](const snapshot& s) { plain += s.records.size(); }));
+  CHECK(sinks[0].takes_records());
+  CHECK_FALSE(sinks[1].takes_records());
+  exporter ex(col, std::move(sinks), {.interval = 1h});
+  REQUIRE(ex.start());
+  // 10 rounds of 40 records: 400 in all through a 64-entry ring, with no export in between.
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 40; ++i) col.record(h, ar(1000 + i));
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (drained.load() < 40u * (round + 1) - 15 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  }
+  CHECK(ex.exports() == 0);
+  REQUIRE(ex.stop(5s));
+  CHECK(drained.load() + in_exports.load() == 400);
+  CHECK(drained.load() >= 400 - 15);
+  CHECK(plain.load() == in_exports.load());  // the callback sink saw only the final export's records
+  const auto s = col.take_snapshot();
+  CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
+}

@@ -50,6 +50,13 @@ inline void json_header_metadata(std::string& out, const snapshot& snap, const c
 }  // namespace detail
 
 namespace detail {
+/// One of our own enum names (plain ASCII, nothing to escape) as a JSON string.
+inline void append_json_name(std::string& out, std::string_view name) {
+  out += '"';
+  out += name;
+  out += '"';
+}
+
 /// Inspector's verbose block: `event_trace_sn` (callback order) and `event_trace_ts` (callback
 /// wall time in us, as Inspector's gettimeofday), same shape; channel ids are NCCL's real ones.
 /// Our additions: `kernel_gpu_start_ns`/`kernel_gpu_stop_ns` per channel in `event_trace_ts`.
@@ -90,16 +97,30 @@ inline void append_event_trace(std::string& out, std::string_view p, const op_tr
 }
 }  // namespace detail
 
+/// The part of a record line that depends only on the communicator and the snapshot (`header`
+/// and `metadata`): writers of many records compute it once per communicator and pass it to
+/// write_inspector_record().
+inline std::string inspector_record_prefix(const snapshot& snap, const comm_desc& d) {
+  std::string out;
+  detail::json_header_metadata(out, snap, d);
+  return out;
+}
+
 /// One completed op as one JSON line (newline included). `verbose` adds Inspector's event traces when the record carries an
-/// op_trace (NCCL_INSPECTOR_DUMP_VERBOSE=1 in the plugin).
-inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r, bool verbose = false) {
+/// op_trace (NCCL_INSPECTOR_DUMP_VERBOSE=1 in the plugin). `prefix`: inspector_record_prefix() of
+/// the record's communicator, or empty to compute it here.
+inline void write_inspector_record(std::string& out, const snapshot& snap, const record_entry& r, bool verbose = false,
+                                   std::string_view prefix = {}) {
   const comm_desc& d = snap.comms[r.comm].desc;
   const op_record& op = r.op;
   const bool p2p = is_p2p(op.fn);
   const std::string_view p = p2p ? "p2p" : "coll";
   const std::uint64_t dur = op.duration_ns();
   const bool valid = op.bytes_valid && dur > 0;
-  detail::json_header_metadata(out, snap, d);
+  if (prefix.empty())
+    detail::json_header_metadata(out, snap, d);
+  else
+    out += prefix;
   auto key = [&](std::string_view k) {
     out += ",\"";
     out += p;
@@ -112,7 +133,7 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   out += "_perf\":{\"";
   out += p;
   out += "\":";
-  append_json_string(out, to_string(op.fn));
+  detail::append_json_name(out, to_string(op.fn));
   key("sn");
   append_int(out, op.seq);
   if (p2p) {
@@ -124,16 +145,16 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   key("exec_time_us");
   append_fixed(out, static_cast<double>(dur) / 1e3, 3);
   key("timing_source");
-  append_json_string(out, to_string(op.timing));
+  detail::append_json_name(out, to_string(op.timing));
   key("algobw_gbs");
   append_fixed(out, valid ? algbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
   key("busbw_gbs");
   append_fixed(out, valid ? busbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
   if (!p2p) {
     key("algo");
-    append_json_string(out, to_string(op.alg));
+    detail::append_json_name(out, to_string(op.alg));
     key("proto");
-    append_json_string(out, op.pro == proto::none ? std::string_view() : to_string(op.pro));
+    detail::append_json_name(out, op.pro == proto::none ? std::string_view() : to_string(op.pro));
   }
   key("user_tag");
   out += '"';

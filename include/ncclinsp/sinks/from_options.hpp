@@ -4,6 +4,8 @@
 /// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
 /// PromTextfileSink and/or JsonSink in the dump directory; TraceSink on request. Cold path.
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -16,12 +18,20 @@
 
 namespace ncclinsp {
 
-/// Per-op records per recording thread the chosen sinks need (collector_options::record_ring_capacity).
-inline std::uint32_t record_ring_for(const options& o) {
-  return !o.otel && (o.has_sink("json") || o.has_sink("trace")) ? o.coll_ring_size + (o.enable_p2p ? o.p2p_ring_size : 0) : 0;
-}
 /// Whether per-op callback detail (op_trace) is needed: verbose JSON, or the trace sink's channel tracks.
-inline bool traces_for(const options& o) { return record_ring_for(o) && ((o.verbose && o.has_sink("json")) || o.has_sink("trace")); }
+inline bool traces_for(const options& o) { return !o.otel && ((o.verbose && o.has_sink("json")) || o.has_sink("trace")); }
+
+/// Ring entries per recording thread when records carry an op_trace (~3 KB each): 4096 = 12 MiB.
+inline constexpr std::uint32_t max_traced_ring = 4096;
+
+/// Per-op records per recording thread the chosen sinks need (collector_options::record_ring_capacity):
+/// the coll + p2p ring sizes (16384 by default: 80 bytes each, 1.25 MiB), at most max_traced_ring
+/// with traces.
+inline std::uint32_t record_ring_for(const options& o) {
+  if (o.otel || !(o.has_sink("json") || o.has_sink("trace"))) return 0;
+  const std::uint64_t n = std::uint64_t{o.coll_ring_size} + (o.enable_p2p ? o.p2p_ring_size : 0);
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, traces_for(o) ? max_traced_ring : UINT32_MAX));
+}
 
 inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
                                                 const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {

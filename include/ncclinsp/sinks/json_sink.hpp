@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ncclinsp/detail/atomic_file.hpp"
 #include "ncclinsp/format/inspector_json.hpp"
@@ -39,30 +40,49 @@ class json_sink {
   explicit json_sink(json_sink_options o) : o_(std::move(o)) { detail::ignore_sigxfsz(); }
 
   export_result write(const snapshot& snap) noexcept {
+    const std::size_t mark = pending_.size();
+    const std::uint64_t lines = pending_lines_;
     try {
-      std::string buf;
-      std::map<std::uint32_t, std::uint64_t> per_comm;
-      for (const auto& r : snap.records) {
-        format::write_inspector_record(buf, snap, r, o_.verbose);
-        ++per_comm[r.comm];
-      }
-      for (std::uint32_t i = 0; i < snap.comms.size(); ++i) {
-        const auto& c = snap.comms[i];
-        std::uint64_t drops = 0;
-        for (auto d : c.dropped) drops += d;
-        auto& seen = last_drops_[c.desc.hash ^ (static_cast<std::uint64_t>(c.desc.rank) << 48)];
-        if (per_comm.count(i) || drops != seen || snap.final || c.newly_retired || dropped_by_sink_) {
-          format::write_dump_stats(buf, snap, c, per_comm.count(i) ? per_comm[i] : 0, dropped_by_sink_, dropped_total_);
-          seen = drops;
+      const auto unreported = unreported_;
+      try {
+        format_records(snap);
+        for (std::uint32_t i = 0; i < snap.comms.size(); ++i) {
+          const auto& c = snap.comms[i];
+          std::uint64_t drops = 0;
+          for (auto d : c.dropped) drops += d;
+          const std::uint64_t key = comm_key(c.desc);
+          auto& seen = last_drops_[key];
+          const auto un = unreported_.find(key);
+          const std::uint64_t written = un == unreported_.end() ? 0 : un->second;
+          if (written || drops != seen || snap.final || c.newly_retired || dropped_by_sink_) {
+            format::write_dump_stats(pending_, snap, c, written, dropped_by_sink_, dropped_total_);
+            ++pending_lines_;
+            seen = drops;
+          }
         }
+      } catch (...) {  // no half-written line stays pending
+        unreported_ = unreported;
+        throw;
       }
-      std::uint64_t new_lines = 0;
-      for (char ch : buf) new_lines += ch == '\n';
-      reported_by_sink_ = dropped_by_sink_;  // in this buffer's dump_stats; cleared once it is written
-      pending_ += buf;
-      pending_lines_ += new_lines;
+      unreported_.clear();  // reported now; those of communicators no longer exported with them
+      reported_by_sink_ = dropped_by_sink_;  // in these dump_stats; cleared once they are written
       return flush_pending();
     } catch (...) {
+      pending_.resize(std::min(mark, pending_.size()));
+      pending_lines_ = lines;
+      return export_result::failure;
+    }
+  }
+
+  /// Records drained between exports (records-only snapshots): written now; their count goes into
+  /// each communicator's next `dump_stats` record.
+  export_result write_records(const snapshot& snap) noexcept {
+    const std::size_t mark = pending_.size();
+    try {
+      format_records(snap);
+      return flush_pending();
+    } catch (...) {
+      pending_.resize(std::min(mark, pending_.size()));  // no half-written line stays pending
       return export_result::failure;
     }
   }
@@ -120,8 +140,8 @@ class json_sink {
           done = keep;
         }
         ::close(fd);
-        std::uint64_t lines = 0;
-        for (std::size_t i = 0; i < done; ++i) lines += pending_[i] == '\n';
+        const auto lines = done == pending_.size() ? pending_lines_
+                                                   : static_cast<std::uint64_t>(std::count(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done), '\n'));
         file_lines_ += lines;
         pending_lines_ -= lines;
         pending_.erase(0, done);
@@ -150,7 +170,27 @@ class json_sink {
     return export_result::failure;
   }
 
+  static std::uint64_t comm_key(const comm_desc& d) noexcept { return d.hash ^ (static_cast<std::uint64_t>(d.rank) << 48); }
+
+  /// Appends the snapshot's records to the pending lines (header and metadata formatted once per
+  /// communicator) and counts them per communicator in unreported_. pending_ keeps its capacity,
+  /// so a steady stream of drains formats into memory that is already mapped.
+  void format_records(const snapshot& snap) {
+    if (snap.records.empty()) return;
+    std::vector<std::string> prefix(snap.comms.size());
+    std::vector<std::uint64_t> per_comm(snap.comms.size(), 0);
+    for (const auto& r : snap.records) {
+      if (prefix[r.comm].empty()) prefix[r.comm] = format::inspector_record_prefix(snap, snap.comms[r.comm].desc);
+      format::write_inspector_record(pending_, snap, r, o_.verbose, prefix[r.comm]);
+      ++per_comm[r.comm];
+    }
+    pending_lines_ += snap.records.size();
+    for (std::uint32_t i = 0; i < snap.comms.size(); ++i)
+      if (per_comm[i]) unreported_[comm_key(snap.comms[i].desc)] += per_comm[i];
+  }
+
   json_sink_options o_;
+  std::map<std::uint64_t, std::uint64_t> unreported_;  // records written since their communicator's last dump_stats
   std::string pending_;
   std::uint64_t pending_lines_ = 0, file_lines_ = 0, rotated_lines_ = 0;
   std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0, reported_by_sink_ = 0;

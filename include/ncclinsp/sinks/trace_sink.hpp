@@ -62,24 +62,7 @@ class trace_sink {
 
   export_result write(const snapshot& snap) noexcept {
     try {
-      node_ = snap.identity.node.empty() ? snap.identity.hostname : snap.identity.node;
-      host_ = snap.identity.hostname;
-      pid_ = snap.identity.pid;
-      for (const auto& r : snap.records) {
-        const comm_desc& d = snap.comms[r.comm].desc;
-        ++total_;
-        add(d, r.op, -1);
-        if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() || r.op.timing != timing_source::kernel_gpu) continue;
-        const op_trace& t = snap.traces[r.trace];
-        for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
-          const channel_trace& c = t.channels[i];
-          if (!c.gpu_start_ns || c.gpu_stop_ns <= c.gpu_start_ns) continue;  // no GPU span for this channel
-          op_record span = r.op;
-          span.start_ns = c.gpu_start_ns;
-          span.end_ns = c.gpu_stop_ns;
-          add(d, span, c.channel);
-        }
-      }
+      take(snap);
       bool want = false;
       if (const auto req = requests().load(std::memory_order_relaxed); req != seen_requests_) {
         seen_requests_ = req;
@@ -93,6 +76,16 @@ class trace_sink {
         }
       }
       if (want) return dump();
+      return export_result::success;
+    } catch (...) {
+      return export_result::failure;
+    }
+  }
+
+  /// Records drained between exports: kept in the ring (dumps happen at exports).
+  export_result write_records(const snapshot& snap) noexcept {
+    try {
+      take(snap);
       return export_result::success;
     } catch (...) {
       return export_result::failure;
@@ -136,6 +129,27 @@ class trace_sink {
   std::uint64_t total() const noexcept { return total_; }
 
  private:
+  void take(const snapshot& snap) {
+    node_ = snap.identity.node.empty() ? snap.identity.hostname : snap.identity.node;
+    host_ = snap.identity.hostname;
+    pid_ = snap.identity.pid;
+    for (const auto& r : snap.records) {
+      const comm_desc& d = snap.comms[r.comm].desc;
+      ++total_;
+      add(d, r.op, -1);
+      if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() || r.op.timing != timing_source::kernel_gpu) continue;
+      const op_trace& t = snap.traces[r.trace];
+      for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
+        const channel_trace& c = t.channels[i];
+        if (!c.gpu_start_ns || c.gpu_stop_ns <= c.gpu_start_ns) continue;  // no GPU span for this channel
+        op_record span = r.op;
+        span.start_ns = c.gpu_start_ns;
+        span.end_ns = c.gpu_stop_ns;
+        add(d, span, c.channel);
+      }
+    }
+  }
+
   static std::atomic<std::uint64_t>& requests() noexcept {
     static std::atomic<std::uint64_t> r{0};
     return r;
