@@ -2,7 +2,7 @@
 """Demo driver (called by scripts/demo.sh once the stack is up): runs the simulated job through
 design.md's two scenarios against a running Prometheus and prints what Prometheus saw.
 
-    demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick]
+    demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick] [--webhook-port P]
 
 Timeline (simulated seconds = wall seconds, --speed 1):
     default (7 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
@@ -12,7 +12,9 @@ Timeline (simulated seconds = wall seconds, --speed 1):
 it cannot fire before ~90 s into a job, hence the 100 s end of scenario 1 in --quick.)
 The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
 20 s rate windows (every phase is longer than that), the alert timeline comes from Prometheus's
-own ALERTS series. stdlib only; the HTTP client is tests/pipeline/promapi.py.
+own ALERTS series. With --webhook-port, a webhook receiver on that port (the one scripts/stack.sh
+--webhook gave Alertmanager) prints every notification as it arrives: what an on-call person gets.
+stdlib only; the HTTP client and the receiver are tests/pipeline/promapi.py.
 """
 import argparse
 import json
@@ -99,7 +101,9 @@ def main():
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--webhook-port", type=int, default=0)
     a = ap.parse_args()
+    hook = P.Webhook(a.webhook_port) if a.webhook_port else None
     s = schedule(a.quick)
     net0, net1, net_pct = s["net"]
     slow_node, slow0, slow1, slow_pct = s["slow"]
@@ -130,6 +134,7 @@ def main():
     events = [(net0, f"scenario 1 starts: network degraded {net_pct}%"), (net1, "scenario 1 ends: network restored"),
               (slow0, f"scenario 2 starts: {slow_name} links {slow_pct}% slower"), (slow1, f"scenario 2 ends: {slow_name} restored")]
     seen_alerts = set()
+    n_notified = 0
     last_status = -1e9
     try:
         while sim.poll() is None:
@@ -156,6 +161,11 @@ def main():
                     say(f"t={t:3.0f}s  ALERT {g[0]} firing: " + describe(als))
             except (P.PromError, OSError):
                 pass
+            if hook:
+                got = hook.notifications()
+                for _, path, d in got[n_notified:]:
+                    say(f"t={t:3.0f}s  NOTIFICATION {notification_line(path, d)}")
+                n_notified = len(got)
             time.sleep(1)
     except KeyboardInterrupt:
         os.killpg(sim.pid, signal.SIGKILL)
@@ -168,11 +178,20 @@ def main():
     time.sleep(2)  # last scrape + rule evaluation
     with open(summary_path) as f:
         model = json.load(f)
-    report(prom, r, job, t0, t_end, model, s, a)
+    report(prom, r, job, t0, t_end, model, s, a, hook)
     return 0
 
 
-def report(prom, r, job, t0, t_end, model, s, a):
+def notification_line(path, d):
+    """One line for one webhook notification: receiver, status, alert name x count, first summary."""
+    als = d.get("alerts", [])
+    where = path.rstrip("/").rsplit("/", 1)[-1]
+    first = als[0]["annotations"].get("summary", "") if als else ""
+    return (f"-> {where}: {d.get('status')} {d.get('groupLabels', {}).get('alertname')} "
+            f"({len(als)} alert{'s' if len(als) != 1 else ''}): {first}")
+
+
+def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     net0, net1, net_pct = s["net"]
     slow_node, slow0, slow1, slow_pct = s["slow"]
     slow_name = f"node{slow_node}"
@@ -254,6 +273,18 @@ def report(prom, r, job, t0, t_end, model, s, a):
             where += " node " + ",".join(nodes)
         print(f"  t={a0 - t0:4.0f}s ({time.strftime('%H:%M:%S', time.localtime(a0))}) to t={a1 - t0:4.0f}s  "
               f"{name:<30} {where}")
+
+    if hook:
+        print("\n Notifications (Alertmanager, prometheus/alertmanager.example.yml: grouped per alert name and job,"
+              " explained alerts inhibited):")
+        got = hook.notifications()
+        if not got:
+            print("  (none)")
+        for at, path, d in got:
+            print(f"  t={at - t0:4.0f}s {notification_line(path, d)}")
+            rb = d.get("commonAnnotations", {}).get("runbook")
+            if rb:
+                print(f"         runbook: {rb[:150]}{'...' if len(rb) > 150 else ''}")
 
     exp = {p["faults"]: p["tflops"] for p in model["phases"]}
     print("\n Reading it:")

@@ -3,19 +3,21 @@
 # plugin, scraped by real node_exporter + Prometheus on loopback, through design.md's two
 # scenarios (network degradation; one slow host), with a summary read back from Prometheus.
 #
-#   scripts/demo.sh [--quick] [--keep] [--nodes N] [--gpus G] [--root DIR] [--no-install]
+#   scripts/demo.sh [--quick] [--keep] [--nodes N] [--gpus G] [--backend B] [--root DIR] [--no-install]
 #
 #   --quick       ~3 min job instead of ~7 min
-#   --keep        leave Prometheus and the node_exporters running at the end (prints the URL
-#                 and the command that stops them)
+#   --keep        leave the stack running at the end (prints the URLs and the command that stops it)
 #   --nodes/--gpus  job shape (default 4 x 4; at least 2 nodes)
+#   --backend B   prometheus (default) or victoriametrics (vmagent + victoria-metrics + vmalert)
 #   --root DIR    work dir (default /tmp/ncclinsp-demo): node dirs, Prometheus TSDB, logs
 #   --no-install  do not apt-get anything; fail if something is missing
 #
 # Fresh Debian 12, as root: installs what is missing (cmake ninja-build g++ prometheus
-# prometheus-node-exporter libcli11-dev python3), builds only the plugin and the simulator into
-# build-demo/, starts the stack (scripts/stack.sh), runs the job (scripts/demo.py), prints the
-# summary, and stops everything it started, also on Ctrl-C or error, unless --keep.
+# prometheus-node-exporter prometheus-alertmanager [victoria-metrics] libcli11-dev python3), builds
+# only the plugin and the simulator into build-demo/, starts the stack (scripts/stack.sh, with
+# Alertmanager using prometheus/alertmanager.example.yml and a webhook receiver in demo.py that
+# prints every notification), runs the job (scripts/demo.py), prints the summary, and stops
+# everything it started, also on Ctrl-C or error, unless --keep.
 # Note: Debian's prometheus / prometheus-node-exporter packages also start their system services
 # (:9090, :9100) when first installed; the demo does not use them (its own run on free ports).
 set -euo pipefail
@@ -24,9 +26,9 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 BUILD=$REPO/build-demo
 ROOT=/tmp/ncclinsp-demo
-QUICK=0 KEEP=0 INSTALL=1 NODES=4 GPUS=4
+QUICK=0 KEEP=0 INSTALL=1 NODES=4 GPUS=4 BACKEND=prometheus
 
-usage() { sed -n '6,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '6,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) QUICK=1; shift ;;
@@ -34,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --nodes) NODES=$2; shift 2 ;;
     --gpus) GPUS=$2; shift 2 ;;
     --root) ROOT=$2; shift 2 ;;
+    --backend) BACKEND=$2; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     -h | --help) usage ;;
     *) echo "demo.sh: unknown argument $1" >&2; usage ;;
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $NODES =~ ^[0-9]+$ && $NODES -ge 2 ]] || { echo "demo.sh: --nodes must be >= 2" >&2; exit 2; }
 [[ $GPUS =~ ^[0-9]+$ && $GPUS -ge 1 ]] || { echo "demo.sh: --gpus must be >= 1" >&2; exit 2; }
+[[ $BACKEND == prometheus || $BACKEND == victoriametrics ]] || { echo "demo.sh: --backend prometheus|victoriametrics" >&2; exit 2; }
 
 T_START=$SECONDS
 step() { printf '[demo %s] == %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -67,11 +71,12 @@ cleanup() {
     if ((KEEP && OK)); then
       echo
       info "stack left running (--keep):"
-      info "  Prometheus UI:  $(cat "$ROOT/prom_url")   (try: ALERTS, ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m)"
-      info "  Grafana:        import grafana/ncclinsp.json with a Prometheus data source at that URL"
+      info "  query API:      $(cat "$ROOT/query_url")   (try: ALERTS, ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m)"
+      info "  Alertmanager:   $(cat "$ROOT"/am_url_* | head -n 1)   (notifications went to the demo's webhook, now gone)"
+      info "  Grafana:        import grafana/ncclinsp.json with a Prometheus data source at the query URL"
       info "  stop it with:   $REPO/scripts/stack.sh stop --root $ROOT"
     else
-      info "stopping Prometheus and the node_exporters"
+      info "stopping the stack ($BACKEND, Alertmanager, node_exporters)"
       "$REPO/scripts/stack.sh" stop --root "$ROOT" || true
     fi
   fi
@@ -92,6 +97,8 @@ command -v g++ >/dev/null || missing+=(g++)
 command -v python3 >/dev/null || missing+=(python3)
 [[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
 [[ -x /usr/bin/prometheus-node-exporter ]] || missing+=(prometheus-node-exporter)
+[[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
+[[ $BACKEND != victoriametrics || -x /usr/bin/vmalert ]] || missing+=(victoria-metrics)
 [[ -f /usr/include/CLI/CLI.hpp ]] || missing+=(libcli11-dev)
 if ((${#missing[@]})); then
   ((INSTALL)) || die "missing: ${missing[*]} (and --no-install given)"
@@ -101,7 +108,7 @@ if ((${#missing[@]})); then
   apt-get update
   apt-get install -y --no-install-recommends "${missing[@]}"
 else
-  info "all present (cmake, ninja, g++, python3, prometheus, prometheus-node-exporter, CLI11)"
+  info "all present (cmake, ninja, g++, python3, prometheus, prometheus-node-exporter, prometheus-alertmanager, CLI11)"
 fi
 
 # ---- 2. build the plugin and the simulator only -------------------------------------------------
@@ -117,7 +124,7 @@ SIM=$BUILD/bin/ncclinsp-sim
 [[ -f $PLUGIN && -x $SIM ]] || die "build did not produce $PLUGIN and $SIM"
 
 # ---- 3. stack --------------------------------------------------------------------------------
-step "starting Prometheus + $NODES node_exporters (1 s scrape) under $ROOT"
+step "starting $BACKEND + Alertmanager + $NODES node_exporters (1 s scrape) under $ROOT"
 mkdir -p "$ROOT"
 ROOT=$(cd "$ROOT" && pwd)
 if [[ -d $ROOT/pids ]]; then
@@ -125,15 +132,19 @@ if [[ -d $ROOT/pids ]]; then
   "$REPO/scripts/stack.sh" stop --root "$ROOT" || true
 fi
 # Fresh job directories and TSDB (only what this script creates under ROOT).
-rm -rf "$ROOT"/node[0-9]* "$ROOT/prometheus-data" "$ROOT/summary.json" "$ROOT/sim.pid"
+rm -rf "$ROOT"/node[0-9]* "$ROOT/prometheus-data" "$ROOT/vm-data" "$ROOT/vmagent-data" "$ROOT"/alertmanager-*-data \
+  "$ROOT/summary.json" "$ROOT/sim.pid"
 nodes=$(seq -s, -f 'node%g' 0 $((NODES - 1)))
 STACK_STARTED=1
-URL=$("$REPO/scripts/stack.sh" start --nodes "$nodes" --root "$ROOT" --scrape 1s | tail -n 1)
-info "Prometheus at $URL (rules: prometheus/rules/ncclinsp.rules.yml)"
+HOOK_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+URL=$("$REPO/scripts/stack.sh" start --nodes "$nodes" --root "$ROOT" --scrape 1s --backend "$BACKEND" \
+  --webhook "http://127.0.0.1:$HOOK_PORT" | tail -n 1)
+info "$BACKEND at $URL (rules: prometheus/rules/ncclinsp.rules.yml), Alertmanager at $(cat "$ROOT"/am_url_*)"
 
 # ---- 4. job + summary ----------------------------------------------------------------------------
 step "running the simulated job"
-args=(--prom "$URL" --root "$ROOT" --sim "$SIM" --plugin "$PLUGIN" --nodes "$NODES" --gpus "$GPUS")
+args=(--prom "$URL" --root "$ROOT" --sim "$SIM" --plugin "$PLUGIN" --nodes "$NODES" --gpus "$GPUS"
+      --webhook-port "$HOOK_PORT")
 ((QUICK)) && args+=(--quick)
 python3 "$REPO/scripts/demo.py" "${args[@]}"
 OK=1

@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """End-to-end test: ncclinsp-sim -> NCCL profiler plugin -> .prom files -> node_exporter (one per
-simulated node) -> Prometheus (1 s scrape, our rules) -> assertions through the HTTP API.
+simulated node) -> Prometheus (1 s scrape, our rules) -> Alertmanager -> webhook, and the same
+node_exporters -> vmagent -> VictoriaMetrics with vmalert evaluating the same rule files ->
+its own Alertmanager; assertions through each backend's Prometheus-compatible HTTP API.
+
+Both backends watch the same run (--backend both, the default: one run, ~0 s extra wall time)
+and every check below runs against each of them; `--backend prometheus|victoriametrics` runs one.
 
 One simulator run, real time (--speed 1), N nodes x G GPUs (default 2 x 4), all faults in one
-timeline so the test stays short (~2.5 min):
+timeline so the test stays short (~3 min):
 
     t=0       job starts (healthy: baseline for the rules)
     t=10      --hang-rank 1@10           rank 1 (node0, GPU1): one op starts and never completes
-    t=35-106  --net-degrade 50@35-106    every n_nodes>1 communicator at 50 % bus bandwidth
-    t=106-140 --slow-host 1:25@106-140   node1's network links at 75 % (others 93.75 %)
-    t=142     job ends (every plugin writes its final file)
+    t=35-126  --net-degrade 50@35-126    every n_nodes>1 communicator at 50 % bus bandwidth
+    t=126-160 --slow-host 1:25@126-160   node1's network links at 75 % (others 93.75 %)
+    t=162     job ends (every plugin writes its final file)
 
 The degradation alert compares the 1m bandwidth with the median of the job's own previous 10m
-(offset 1m), so it cannot fire before ~t=62 (first baseline sample) + 30 s `for`: the
-degradation window covers that; the hang alert needs 60 s + 15 s `for` after t=10.
+(offset 1m), so it cannot fire before ~t=62 (first baseline sample) + 30 s `for`: Prometheus
+fires at ~t=94. vmalert's recording rules go through remote write, and VictoriaMetrics makes a
+new series searchable only seconds after its first sample, so on a fresh job each rule level
+adds that (measured: rate1m at t=14, baseline at t=75, alert at t=~123). The degradation window
+covers both, and the fabric alert stays up past Alertmanager's 30 s group_wait.
 
 Checks (all through Prometheus's HTTP API; analysis happens after the run on stored data, at the
 times given above, so the result does not depend on polling luck):
@@ -38,9 +46,13 @@ times given above, so the result does not depend on polling luck):
      own expressions (read from /api/v1/rules), evaluated 90 s / 150 s after the end, return
      nothing for this job, while the bare age condition would (so the exclusion is what holds).
   8. no other alert fires.
+  9. Alertmanager (shipped prometheus/alertmanager.example.yml, production timers) delivers to the
+     webhook exactly one page (NcclinspCollectiveHung, the hung communicator) and one ticket
+     (NcclinspNetworkFabricDegraded, with its runbook text) per backend; the per-collective
+     degradation alerts are inhibited by the fabric alert, so they send nothing.
 
-usage: e2e_test.py --plugin PATH --sim PATH [--nodes 2 --gpus 4] [--keep] [--root DIR]
-Exit 0 pass, 1 fail, 77 skip (prometheus / node_exporter / plugin / simulator missing).
+usage: e2e_test.py --plugin PATH --sim PATH [--nodes 2 --gpus 4] [--backend both] [--keep] [--root DIR]
+Exit 0 pass, 1 fail, 77 skip (plugin / simulator not built). Missing servers fail the test.
 """
 import argparse
 import json
@@ -60,10 +72,10 @@ import promapi as P  # noqa: E402
 SKIP = 77
 # The fault schedule (simulated seconds == wall seconds at --speed 1).
 HANG_RANK, HANG_AT = 1, 10
-NET = (35, 106, 50)         # t0, t1, percent
-SLOW = (1, 106, 140, 25)    # node, t0, t1, percent
-DURATION = 142
-ATTRIB_AT = 137             # attribution table evaluated here (31 s into the slow-host window)
+NET = (35, 126, 50)         # t0, t1, percent
+SLOW = (1, 126, 160, 25)    # node, t0, t1, percent
+DURATION = 162
+ATTRIB_AT = 157             # attribution table evaluated here (31 s into the slow-host window)
 # Ops the workload runs only in its first step: their Inspector-compatible gauges exist for one
 # export window (~1 s) and may or may not be caught by a 1 s scrape.
 FIRST_STEP_ONLY = {"Broadcast"}
@@ -357,6 +369,15 @@ class Run:
                 self.fail(f"NcclinspBusBandwidthDegraded fired for NVLink-only {m} at t={a - self.t0:.0f}s")
             if a - self.t0 < t0:
                 self.fail(f"NcclinspBusBandwidthDegraded fired before the fault: {m} at t={a - self.t0:.0f}s")
+        fab = self.prom.firing("NcclinspNetworkFabricDegraded", self.T(0), t_end, slurm_job_id=self.job)
+        if not fab:
+            self.fail("NcclinspNetworkFabricDegraded did not fire")
+        else:
+            at = fab[0][1] - self.t0
+            log(f"scenario 1: NcclinspNetworkFabricDegraded fired at t={at:.0f}s ({fab[0][0].get('fabric')})")
+            if not t0 < at <= t1 or fab[0][0].get("fabric") != "network":
+                self.fail(f"fabric alert {fab[0][0]} at t={at:.0f}s, expected fabric=network within {t0}-{t1}s")
+        self.fabric_at = fab[0][1] if fab else None
         rule = f'ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}"}}'
         before = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t0 - 1)}
         during = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t1 - 1)}
@@ -444,6 +465,8 @@ class Run:
         got = {(m["node"], m["comm_name"], m["comm_hash"]) for m, _, _ in fired}
         if got != want:
             self.fail(f"NcclinspCollectiveHung fired for {sorted(got)}, expected {sorted(want)}")
+        self.hang_at = at
+        self.hung_comms = {(g[0], g[1]) for g in got}
         log(f"hang: NcclinspCollectiveHung fired at t={at - self.t0:.0f}s for {sorted(got)} "
             f"(rank {HANG_RANK} = {node}/{gpu} hung at t={HANG_AT}s)")
         if not HANG_AT + 60 < at - self.t0 < HANG_AT + 60 + 15 + 20:
@@ -480,7 +503,8 @@ class Run:
             f"(bare age condition would fire for all of them)")
 
     def check_other_alerts(self, t_end):
-        allowed = {"NcclinspBusBandwidthDegraded", "NcclinspCollectiveHung", "NcclinspHostBelowJobMedian"}
+        allowed = {"NcclinspBusBandwidthDegraded", "NcclinspCollectiveHung", "NcclinspHostBelowJobMedian",
+                   "NcclinspNetworkFabricDegraded"}
         seen = {}
         for m, pts in self.prom.range_values('ALERTS{alertstate="firing"}', self.T(0), t_end, step=1):
             seen.setdefault(m["alertname"], m)
@@ -490,22 +514,62 @@ class Run:
         log(f"alerts that fired: {sorted(seen)}")
 
 
+    # -- 9. Alertmanager ------------------------------------------------------------------------
+    def check_notifications(self, hook, backend):
+        """What the on-call person got from this backend's Alertmanager (webhook paths
+        /<backend>/page and /<backend>/ticket, see scripts/stack.sh --webhook)."""
+        runbooks = {r["name"]: r.get("annotations", {}).get("runbook")
+                    for g in self.prom.rules() for r in g["rules"] if r.get("type") == "alerting"}
+        # group_wait is 30 s (10 s for pages) after the first alert of a group reaches Alertmanager.
+        ends = [t + 45 for t in (getattr(self, "fabric_at", None), getattr(self, "hang_at", None)) if t]
+        while ends and time.time() < max(ends) and len(hook.notifications(f"/{backend}/", "firing")) < 2:
+            time.sleep(1)
+        got = [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
+               if d.get("groupLabels", {}).get("slurm_job_id") == self.job]
+        for path, d in got:
+            log(f"notification {path}: {d['groupLabels'].get('alertname')} x{len(d['alerts'])}: "
+                + "; ".join(a["annotations"].get("summary", "") for a in d["alerts"][:2]))
+        want = {(f"/{backend}/page", "NcclinspCollectiveHung"), (f"/{backend}/ticket", "NcclinspNetworkFabricDegraded")}
+        have = [(path, d["groupLabels"].get("alertname")) for path, d in got]
+        if sorted(have) != sorted(want):
+            self.fail(f"notifications {sorted(have)}, expected one each of {sorted(want)}")
+        for path, d in got:
+            name = d["groupLabels"].get("alertname")
+            if d["commonAnnotations"].get("runbook") != runbooks.get(name) or not runbooks.get(name):
+                self.fail(f"{name}: runbook in the notification {d['commonAnnotations'].get('runbook')!r}")
+            if name == "NcclinspCollectiveHung":
+                comms = {(a["labels"].get("node"), a["labels"].get("comm_name")) for a in d["alerts"]}
+                if comms != getattr(self, "hung_comms", None):
+                    self.fail(f"page names {sorted(comms)}, the hang alert fired for {getattr(self, 'hung_comms', None)}")
+            if name == "NcclinspNetworkFabricDegraded":
+                s = d["alerts"][0]["annotations"].get("summary", "")
+                if f"job {self.job}" not in s or "network collectives" not in s:
+                    self.fail(f"fabric notification text: {s!r}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--sim", required=True)
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--backend", choices=("prometheus", "victoriametrics", "both"), default="both")
     ap.add_argument("--root", help="work dir (default: a temp dir, removed on success)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir")
     a = ap.parse_args()
     if a.nodes < 2 or a.gpus < 2:
         ap.error("needs at least 2 nodes x 2 GPUs")
-    for env, b in (("PROMETHEUS_BIN", "/usr/bin/prometheus"),
-                   ("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter")):
+    need = [("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter"),
+            ("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")]
+    if a.backend != "victoriametrics":
+        need.append(("PROMETHEUS_BIN", "/usr/bin/prometheus"))
+    if a.backend != "prometheus":
+        need += [("VM_BIN", "/usr/bin/victoria-metrics"), ("VMAGENT_BIN", "/usr/bin/vmagent"),
+                 ("VMALERT_BIN", "/usr/bin/vmalert")]
+    for env, b in need:
         if not os.access(os.environ.get(env, b), os.X_OK):
-            print(f"SKIP: {b} not installed")
-            return SKIP
+            print(f"FAIL: {b} not installed (scripts/test.sh installs it)")
+            return 1
     for f in (a.plugin, a.sim):
         if not os.path.exists(f):
             print(f"SKIP: {f} not built")
@@ -517,9 +581,12 @@ def main():
     job = f"e2e-{os.getpid()}"
     failures = Failures()
     sim = None
+    hook = P.Webhook()
     try:
-        with P.stack(root, nodes, scrape="1s") as prom:
-            log(f"stack up at {prom.url} ({len(nodes)} node_exporters, root {root})")
+        with P.stack(root, nodes, scrape="1s", extra_args=["--backend", a.backend, "--webhook", hook.url]):
+            backends = P.backends(root)
+            log(f"stack up: {', '.join(f'{k} at {v.url}' for k, v in backends.items())} "
+                f"({len(nodes)} node_exporters, root {root})")
             env = dict(os.environ, SLURM_JOB_ID=job, NCCLINSP_LABELS=",".join(f"{k}={v}" for k, v in USER.items()),
                        NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1",
                        NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="1000000")
@@ -549,22 +616,30 @@ def main():
             log(f"job finished after {t_end - t0:.0f}s")
             with open(summary_path) as f:
                 summary = json.load(f)
-            r = Run(a, prom, job, t0, summary)
-            r.fail = failures
-            tg = prom.targets()
-            if len(tg) != a.nodes or any(x["health"] != "up" for x in tg):
-                failures(f"targets: {[(x['labels'], x['health']) for x in tg]}")
-            r.check_families(25)
-            r.check_model_bandwidth(28)
-            r.check_dashboards(t_end)
-            r.check_net_degrade(t_end)
-            r.check_attribution()
-            r.check_hang(t_end)
-            r.check_final(a.nodes * a.gpus)
-            r.check_other_alerts(time.time())
+            runs = []
+            for name, prom in backends.items():
+                log(f"== checks against {name} ({prom.url})")
+                r = Run(a, prom, job, t0, summary)
+                r.fail = lambda msg, name=name: failures(f"[{name}] {msg}")
+                tg = prom.targets()
+                if len(tg) != a.nodes or any(x["health"] != "up" for x in tg):
+                    r.fail(f"targets: {[(x['labels'], x['health']) for x in tg]}")
+                r.check_families(25)
+                r.check_model_bandwidth(28)
+                r.check_dashboards(t_end)
+                r.check_net_degrade(t_end)
+                r.check_attribution()
+                r.check_hang(t_end)
+                runs.append((name, r))
+            for name, r in runs:  # after the live checks: these wait for the final files/notifications
+                log(f"== final files, alerts and notifications: {name}")
+                r.check_final(a.nodes * a.gpus)
+                r.check_other_alerts(time.time())
+                r.check_notifications(hook, name)
     except (TimeoutError, RuntimeError, P.PromError, OSError, ValueError, KeyError) as e:
         failures(f"{type(e).__name__}: {e}")
     finally:
+        hook.close()
         if sim is not None and sim.poll() is None:
             os.killpg(sim.pid, signal.SIGKILL)  # our own session: the simulator and its node processes
             sim.wait()

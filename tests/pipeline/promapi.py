@@ -5,7 +5,9 @@
   multi-value, substitute Grafana variables with concrete values or `.*`.
 - PromQL helpers: extract metric names, label matchers and grouping labels from an expression
   (a light tokenizer, good enough for lint; not a full PromQL parser).
-- stack(): context manager around scripts/stack.sh start/stop.
+- stack(): context manager around scripts/stack.sh start/stop; backends(root): a Prom client per
+  backend the stack runs (Prometheus, VictoriaMetrics).
+- Webhook: a local Alertmanager webhook receiver that records every notification.
 
 Typical end-to-end use:
 
@@ -18,11 +20,13 @@ Typical end-to-end use:
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import math
 import os
 import re
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -38,14 +42,17 @@ class PromError(RuntimeError):
 
 
 class Prom:
-    def __init__(self, url: str, timeout: float = 5.0):
+    def __init__(self, url: str, timeout: float = 5.0, targets_url: str | None = None, name: str = ""):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        # VictoriaMetrics: the query API is victoria-metrics', the scrape targets are vmagent's.
+        self.targets_url = (targets_url or url).rstrip("/")
+        self.name = name or "prometheus"
 
-    def _get(self, path: str, params: dict | None = None):
+    def _get(self, path: str, params: dict | None = None, base: str | None = None):
         q = ("?" + urllib.parse.urlencode(params)) if params else ""
         try:
-            with urllib.request.urlopen(self.url + path + q, timeout=self.timeout) as r:
+            with urllib.request.urlopen((base or self.url) + path + q, timeout=self.timeout) as r:
                 body = r.read().decode()
         except urllib.error.HTTPError as e:  # Prometheus reports query errors as 400/422 + JSON
             body = e.read().decode()
@@ -78,7 +85,7 @@ class Prom:
         return self._get("/api/v1/series", p)
 
     def targets(self) -> list:
-        return self._get("/api/v1/targets", {"state": "active"})["activeTargets"]
+        return self._get("/api/v1/targets", {"state": "active"}, base=self.targets_url)["activeTargets"]
 
     def rules(self) -> list:
         return self._get("/api/v1/rules")["groups"]
@@ -170,6 +177,62 @@ def stack(root: str, nodes: list[str], scrape: str = "1s", extra_args: list[str]
         yield Prom(url)
     finally:
         subprocess.run([STACK_SH, "stop", "--root", root], timeout=30)
+
+
+def backends(root: str) -> dict[str, Prom]:
+    """{"prometheus": Prom, "victoriametrics": Prom} for the backends a stack under root runs."""
+    def rd(name):
+        try:
+            with open(os.path.join(root, name)) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+    out = {}
+    if rd("prom_url"):
+        out["prometheus"] = Prom(rd("prom_url"))
+    if rd("vm_url"):
+        out["victoriametrics"] = Prom(rd("vm_url"), targets_url=rd("vmagent_url"), name="victoriametrics")
+    return out
+
+
+class Webhook:
+    """Alertmanager webhook receiver on a free loopback port. Every POST is recorded as
+    (arrival time, path, JSON payload); `url` is the base to give stack.sh --webhook."""
+
+    def __init__(self, port: int = 0):
+        self.received: list[tuple[float, str, dict]] = []
+        self._lock = threading.Lock()
+        hook = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                try:
+                    d = json.loads(body)
+                except ValueError:
+                    d = {"unparsable": body.decode(errors="replace")}
+                with hook._lock:
+                    hook.received.append((time.time(), self.path, d))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def notifications(self, prefix: str = "", status: str | None = None) -> list[tuple[float, str, dict]]:
+        with self._lock:
+            return [x for x in self.received if x[1].startswith(prefix)
+                    and (status is None or x[2].get("status") == status)]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # ---------------------------------------------------------------------------------------------
