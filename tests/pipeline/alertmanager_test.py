@@ -10,8 +10,8 @@ the rules file too, so the runbook text checked here is the one Prometheus sends
 
 Scenarios (one job id each, all sent at once, as they fire within seconds of each other):
   1. network degradation: 14 NcclinspBusBandwidthDegraded (fsdp AllGather/ReduceScatter,
-     dp0-3 AllReduce, pp0-3 Send/Recv) + NcclinspNetworkFabricDegraded
-     -> one ticket: the fabric alert; the 14 per-collective alerts are inhibited.
+     dp0-3 AllReduce, pp0-3 Send/Recv), the same 14 from the in-process detector, and
+     NcclinspNetworkFabricDegraded -> one ticket: the fabric alert; the 28 others are inhibited.
   2. slow host node1: NcclinspHostBelowJobMedian for node1 on every network communicator it is
      in + NcclinspBusBandwidthDegraded for the job's collectives it drags down
      -> one ticket naming node1; the job-level alerts are inhibited.
@@ -19,7 +19,7 @@ Scenarios (one job id each, all sent at once, as they fire within seconds of eac
      -> one page; dp1's bandwidth alert is inhibited.
   4. hang of dp1 + a degradation of pp0 (not explained by the hang)
      -> one page (dp1) and one ticket (pp0).
-The test's copy of the config only shortens group_wait (30s/10s -> 2s/1s) and points the
+The test's copy of the config only shortens group_wait (1m/10s -> 2s/1s) and points the
 webhooks at the receiver. Exit 0 pass, 1 fail (also when amtool/alertmanager are missing).
 """
 import json
@@ -85,7 +85,8 @@ def demo_comms():
             + [(f"pp{g}", NODES, NODES, ("Send", "Recv"), "16MiB-32MiB") for g in range(GPUS)])
 
 
-def degraded(job, comms=None):
+def degraded(job, comms=None, in_process=False):
+    """The PromQL rule's alerts; in_process: also the in-process detector's (label detector)."""
     out = []
     for c, nr, nn, colls, size in demo_comms():
         if comms and c not in comms:
@@ -93,12 +94,17 @@ def degraded(job, comms=None):
         for coll in colls:
             out.append(alert("NcclinspBusBandwidthDegraded", slurm_job_id=job, comm_name=c, nranks=nr,
                              n_nodes=nn, collective=coll, message_size=size))
+            if in_process:
+                out.append(alert("NcclinspBusBandwidthDegraded", slurm_job_id=job, comm_name=c, nranks=nr,
+                                 n_nodes=nn, collective=coll, message_size=size, comm_hash="5a0c2e61f00d00%02x" % len(out),
+                                 detector="in_process"))
     return out
 
 
 def scenarios():
     s = {}
-    s["s1-network"] = [alert("NcclinspNetworkFabricDegraded", slurm_job_id="s1-network")] + degraded("s1-network")
+    s["s1-network"] = ([alert("NcclinspNetworkFabricDegraded", slurm_job_id="s1-network")]
+                       + degraded("s1-network", in_process=True))
     host = [alert("NcclinspHostBelowJobMedian", slurm_job_id="s2-slowhost", node="node1", comm_name=c,
                   nranks=nr, n_nodes=nn, collective=coll, message_size=size)
             for c, nr, nn, colls, size in demo_comms() for coll in colls]
@@ -124,12 +130,12 @@ EXPECTED = {
 def test_config(src, dst, hook_url):
     with open(src, encoding="utf-8") as f:
         cfg = f.read()
-    n = len(re.findall(r"group_wait: \d+s", cfg))
-    cfg = re.sub(r"group_wait: 30s", "group_wait: 2s", cfg)
+    n = len(re.findall(r"group_wait: \S+", cfg))
+    cfg = re.sub(r"group_wait: 1m", "group_wait: 2s", cfg)
     cfg = re.sub(r"group_wait: 10s", "group_wait: 1s", cfg)
     cfg = cfg.replace("http://127.0.0.1:9095", hook_url)
     if n != 2 or "group_wait: 2s" not in cfg or "group_wait: 1s" not in cfg or hook_url not in cfg:
-        raise RuntimeError(f"{src}: expected group_wait 30s (root) and 10s (critical) and the 9095 webhooks")
+        raise RuntimeError(f"{src}: expected group_wait 1m (root) and 10s (critical) and the 9095 webhooks")
     with open(dst, "w", encoding="utf-8") as f:
         f.write(cfg)
 
@@ -228,7 +234,7 @@ def main():
         for a in live:
             if a["status"]["inhibitedBy"]:
                 muted[a["labels"]["slurm_job_id"]] = muted.get(a["labels"]["slurm_job_id"], 0) + 1
-        want_muted = {"s1-network": 14, "s2-slowhost": 6, "s3-hang": 1, "s4-hang-and-pp0": 1}
+        want_muted = {"s1-network": 28, "s2-slowhost": 6, "s3-hang": 1, "s4-hang-and-pp0": 1}
         print(f"  inhibited alerts per scenario: {muted}")
         if muted != want_muted:
             fails.append(f"inhibited alerts {muted}, expected {want_muted}")

@@ -48,8 +48,9 @@ times given above, so the result does not depend on polling luck):
   8. no other alert fires.
   9. Alertmanager (shipped prometheus/alertmanager.example.yml, production timers) delivers to the
      webhook exactly one page (NcclinspCollectiveHung, the hung communicator) and one ticket
-     (NcclinspNetworkFabricDegraded, with its runbook text) per backend; the per-collective
-     degradation alerts are inhibited by the fabric alert, so they send nothing.
+     (NcclinspNetworkFabricDegraded, with its text and runbook) per backend; the per-collective
+     alerts are inhibited by the fabric alert (at most one earlier ticket from the in-process
+     detector, which fires before this short job has a PromQL baseline).
 
 usage: e2e_test.py --plugin PATH --sim PATH [--nodes 2 --gpus 4] [--backend both] [--keep] [--root DIR]
 Exit 0 pass, 1 fail, 77 skip (plugin / simulator not built). Missing servers fail the test.
@@ -520,22 +521,39 @@ class Run:
         /<backend>/page and /<backend>/ticket, see scripts/stack.sh --webhook)."""
         runbooks = {r["name"]: r.get("annotations", {}).get("runbook")
                     for g in self.prom.rules() for r in g["rules"] if r.get("type") == "alerting"}
-        # group_wait is 30 s (10 s for pages) after the first alert of a group reaches Alertmanager.
-        ends = [t + 45 for t in (getattr(self, "fabric_at", None), getattr(self, "hang_at", None)) if t]
-        while ends and time.time() < max(ends) and len(hook.notifications(f"/{backend}/", "firing")) < 2:
+        # group_wait is 1m (10 s for pages) after the first alert of a group reaches Alertmanager.
+        fab, hang = getattr(self, "fabric_at", None), getattr(self, "hang_at", None)
+        deadline = max([t + 75 for t in (fab, hang) if t] or [0])
+
+        def mine():
+            return [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
+                    if d.get("groupLabels", {}).get("slurm_job_id") == self.job]
+        while time.time() < deadline and {d["groupLabels"].get("alertname") for _, d in mine()} < \
+                {"NcclinspNetworkFabricDegraded", "NcclinspCollectiveHung"}:
             time.sleep(1)
-        got = [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
-               if d.get("groupLabels", {}).get("slurm_job_id") == self.job]
+        got = mine()
         for path, d in got:
             log(f"notification {path}: {d['groupLabels'].get('alertname')} x{len(d['alerts'])}: "
                 + "; ".join(a["annotations"].get("summary", "") for a in d["alerts"][:2]))
-        want = {(f"/{backend}/page", "NcclinspCollectiveHung"), (f"/{backend}/ticket", "NcclinspNetworkFabricDegraded")}
-        have = [(path, d["groupLabels"].get("alertname")) for path, d in got]
-        if sorted(have) != sorted(want):
-            self.fail(f"notifications {sorted(have)}, expected one each of {sorted(want)}")
+        names = [(path.rsplit("/", 1)[-1], d["groupLabels"].get("alertname")) for path, d in got]
+        # One page (the hang) and one ticket for scenario 1 (the fabric alert, which inhibits the
+        # per-collective alerts). In this short job the in-process detector fires ~60 s before
+        # the PromQL baseline exists, so its own per-collective ticket may precede the fabric
+        # verdict: at most one such ticket. A slow host with 2 nodes moves the median (= mean),
+        # so scenario 2 stays inside the fabric alert: no host ticket.
+        if names.count(("page", "NcclinspCollectiveHung")) != (1 if hang else 0):
+            self.fail(f"page notifications {names}: expected one for the hang")
+        if names.count(("ticket", "NcclinspNetworkFabricDegraded")) != (1 if fab else 0):
+            self.fail(f"ticket notifications {names}: expected one NcclinspNetworkFabricDegraded")
+        if names.count(("ticket", "NcclinspBusBandwidthDegraded")) > 1:
+            self.fail(f"ticket notifications {names}: per-collective degradation sent more than once")
+        extra = [n for n in names if n[1] not in ("NcclinspCollectiveHung", "NcclinspNetworkFabricDegraded",
+                                                   "NcclinspBusBandwidthDegraded")]
+        if extra:
+            self.fail(f"unexpected notifications {extra}")
         for path, d in got:
             name = d["groupLabels"].get("alertname")
-            if d["commonAnnotations"].get("runbook") != runbooks.get(name) or not runbooks.get(name):
+            if not runbooks.get(name) or d["commonAnnotations"].get("runbook") != runbooks.get(name):
                 self.fail(f"{name}: runbook in the notification {d['commonAnnotations'].get('runbook')!r}")
             if name == "NcclinspCollectiveHung":
                 comms = {(a["labels"].get("node"), a["labels"].get("comm_name")) for a in d["alerts"]}
