@@ -61,6 +61,12 @@ struct options {
   std::uint32_t detect_min_ops = 8;      ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
   bool proxy = false;                    ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
   std::uint32_t proxy_sample = 16;       ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
+  // ---- cardinality of the .prom files (docs/scale.md) ----
+  std::vector<std::string> drop_labels;  ///< NCCLINSP_DROP_LABELS=rank,comm_hash,uuid,algo_proto
+  std::uint32_t size_bucket_bits = 1;    ///< NCCLINSP_SIZE_BUCKET_BITS: message_size buckets span 2^bits (1: powers of two)
+  std::string histogram = "full";        ///< NCCLINSP_HISTOGRAM=full|coarse|off (20, 7 or no duration buckets)
+  bool compat_gauges = true;             ///< NCCLINSP_COMPAT_GAUGES=0 leaves Inspector's four gauge families out
+  std::uint64_t max_series = 20000;      ///< NCCLINSP_MAX_SERIES: hard cap on the lines of one file (0 = none)
 
   /// Effective export interval in ms; 0 means "only at flush/teardown".
   std::int64_t interval_ms() const noexcept {
@@ -250,6 +256,28 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.integer("NCCLINSP_DETECT_MIN_OPS", o.detect_min_ops, 1, 1 << 20);
   e.boolean("NCCLINSP_PROXY", o.proxy);
   e.integer("NCCLINSP_PROXY_SAMPLE", o.proxy_sample, 1, 1 << 20);
+  if (const char* v = e.raw("NCCLINSP_DROP_LABELS")) {
+    std::vector<std::string> d;
+    bool ok = true;
+    std::string_view rest(v);
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (item == "rank" || item == "comm_hash" || item == "uuid" || item == "algo_proto") d.emplace_back(item);
+      else if (!item.empty()) ok = false;
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (ok) o.drop_labels = std::move(d);
+    else e.warn("NCCLINSP_DROP_LABELS", v, "a list of rank, comm_hash, uuid, algo_proto");
+  }
+  e.integer("NCCLINSP_SIZE_BUCKET_BITS", o.size_bucket_bits, 1, 16);
+  if (const char* v = e.raw("NCCLINSP_HISTOGRAM")) {
+    const std::string_view h(v);
+    if (h == "full" || h == "coarse" || h == "off") o.histogram = v;
+    else e.warn("NCCLINSP_HISTOGRAM", v, "full, coarse or off");
+  }
+  e.boolean("NCCLINSP_COMPAT_GAUGES", o.compat_gauges);
+  e.integer("NCCLINSP_MAX_SERIES", o.max_series, 0, INT64_MAX);
   return o;
 }
 
@@ -272,6 +300,11 @@ inline std::string options::describe() const {
   kv("labels", lb.empty() ? "-" : lb);
   kv("retain_finalized", std::to_string(retain_finalized_s) + "s");
   kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
+  std::string dl;
+  for (const auto& x : drop_labels) dl += (dl.empty() ? "" : ",") + x;
+  kv("cardinality", "drop_labels=" + (dl.empty() ? std::string("-") : dl) + " size_bucket_bits=" + std::to_string(size_bucket_bits) +
+                        " histogram=" + histogram + " compat_gauges=" + (compat_gauges ? "1" : "0") +
+                        " max_series=" + std::to_string(max_series));
   kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" + std::to_string(detect_recent) +
                             " baseline=" + std::to_string(detect_baseline) + " min_ops=" + std::to_string(detect_min_ops)
                       : std::string("off"));

@@ -114,6 +114,7 @@ EXPECTED = {
     "ncclinsp_export_timestamp_seconds": IDENT,
     # docs/metrics.md names version and abi; the plugin also writes final="0|1" (end-of-job marker).
     "ncclinsp_info": IDENT | {"version", "abi", "final"},
+    "ncclinsp_series_overflow": IDENT | {"kind"},
 }
 SIM_FAMILIES = {"ncclinsp_sim_step_tflops": {"node", "rank"}, "ncclinsp_sim_steps_total": {"node", "rank"}}
 HIST_LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",

@@ -73,11 +73,22 @@ inline void sample(std::string& out, std::string_view name, const std::string& l
 
 }  // namespace detail
 
+/// Line budget of one file under cardinality::max_series: which op sets, communicators and
+/// Inspector-compatible sets are written. Priority: the native op sets (the rules' input; the
+/// ones past the cap fold into one overflow set), then communicator health rows (the hang
+/// signal), then the compatible gauges.
+struct series_budget {
+  std::size_t native = SIZE_MAX, comms = SIZE_MAX, compat = SIZE_MAX;  ///< how many are written
+  std::size_t folded_sets = 0, left_comms = 0, left_compat = 0;         ///< how many are not
+};
+
 /// Appends the exposition text for GPU `uuid` to `out`. `compat_gauges` adds Inspector's four
 /// gauge families; their names end in `_microseconds` and `_gbs`, the only findings promtool's
-/// linter reports on our output (the names are NVIDIA's; dashboards depend on them).
+/// linter reports on our output (the names are NVIDIA's; dashboards depend on them). `card`
+/// bounds the series count (labels, size buckets, histogram, per-file cap).
 template <class NativeBucketer = pow2_bucketer>
-void write_prometheus(std::string& out, const snapshot& snap, std::string_view uuid, bool compat_gauges = true) {
+void write_prometheus(std::string& out, const snapshot& snap, std::string_view uuid, bool compat_gauges = true,
+                      const cardinality& card = {}) {
   using namespace detail;
   const auto& ident = snap.identity;
   const comm_desc* gpu_desc = nullptr;
@@ -87,12 +98,82 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
       break;
     }
   if (!gpu_desc) return;
-  const op_series series = group_cells<NativeBucketer>(snap, uuid, compat_gauges);
+  const op_series series = group_cells<NativeBucketer>(snap, uuid, compat_gauges, card);
+  std::vector<const comm_snapshot*> comms;
+  for (const auto& c : snap.comms)
+    if (c.desc.uuid == uuid) comms.push_back(&c);
+
+  // Histogram buckets written (indices into the full bucket list; the last is +Inf).
+  std::vector<std::size_t> hist_buckets;
+  for (std::size_t b = 0; b < duration_buckets; ++b) {
+    const bool inf = b == duration_bounds_ns.size();
+    const std::uint64_t ns = inf ? 0 : duration_bounds_ns[b];
+    if (card.histogram == histogram_mode::full ||
+        (card.histogram == histogram_mode::coarse && (inf || ns == 100000 || ns == 1000000 || ns == 10000000 ||
+                                                      ns == 100000000 || ns == 1000000000 || ns == 10000000000ull)))
+      hist_buckets.push_back(b);
+  }
+  const std::size_t per_set = 4 + (card.histogram == histogram_mode::off ? 0 : hist_buckets.size() + 2);
+
+  // Per-file cap: decide what fits before writing anything.
+  series_budget budget;
+  if (card.max_series) {
+    const std::size_t fixed = drop_reason_names.size() + filter_reason_names.size() + 2 + 3;  // GPU families + overflow gauges
+    std::size_t left = card.max_series > fixed ? card.max_series - fixed : 0;
+    const std::size_t n_native = series.native.size();
+    if (n_native * per_set <= left) {
+      budget.native = n_native;
+    } else {
+      budget.native = left >= per_set ? left / per_set - 1 : 0;  // one set's room for the overflow set
+      budget.folded_sets = n_native - budget.native;
+    }
+    left -= std::min(left, (budget.native + (budget.folded_sets ? 1 : 0)) * per_set);
+    budget.comms = 0;
+    for (const auto* c : comms) {
+      std::size_t rows = 5;
+      for (std::size_t f = 1; f < func_count; ++f) rows += c->last_seq_plus1[f] ? 1 : 0;
+      for (const auto& b : snap.busbw) rows += &snap.comms[b.comm] == c ? 3 : 0;
+      if (rows > left) break;
+      left -= rows;
+      ++budget.comms;
+    }
+    budget.left_comms = comms.size() - budget.comms;
+    const std::size_t n_compat = series.compat_coll.size() + series.compat_p2p.size();
+    budget.compat = std::min(n_compat, left / 2);
+    budget.left_compat = n_compat - budget.compat;
+  }
+  comms.resize(std::min(comms.size(), budget.comms));
+
   std::vector<std::pair<std::string, window_acc>> compat_coll, compat_p2p;
-  for (const auto& [l, w] : series.compat_coll) compat_coll.emplace_back(render(l), w);
-  for (const auto& [l, w] : series.compat_p2p) compat_p2p.emplace_back(render(l), w);
+  std::size_t n_compat = 0;
+  for (const auto& [l, w] : series.compat_coll)
+    if (n_compat++ < budget.compat) compat_coll.emplace_back(render(l), w);
+  for (const auto& [l, w] : series.compat_p2p)
+    if (n_compat++ < budget.compat) compat_p2p.emplace_back(render(l), w);
   std::vector<std::pair<std::string, cell_stats>> native;
-  for (const auto& [l, t] : series.native) native.emplace_back(render(l), t);
+  cell_stats overflow{};
+  for (const auto& [l, t] : series.native) {
+    if (native.size() < budget.native) {
+      native.emplace_back(render(l), t);
+      continue;
+    }
+    overflow.ops += t.ops;
+    overflow.invalid += t.invalid;
+    overflow.bytes += t.bytes;
+    overflow.busy_ns += t.busy_ns;
+    overflow.bus_bytes += t.bus_bytes;
+    for (std::size_t b = 0; b < duration_buckets; ++b) overflow.hist[b] += t.hist[b];
+  }
+  if (budget.folded_sets) {
+    label_list l = comm_labels(snap, *gpu_desc, card);
+    for (auto& [k, v] : l)
+      if (k == "comm_name" || k == "comm_hash" || k == "rank") v = "_overflow";
+      else if (k == "nranks" || k == "n_nodes") v = "0";
+    l.insert(l.end(), {{"collective", "_overflow"}, {"message_size", "_overflow"}});
+    if (card.algo_proto) l.emplace_back("algo_proto", "_overflow");
+    add_user_labels(l, snap);
+    native.emplace_back(render(l), overflow);
+  }
 
   // ---- Inspector-compatible gauges -------------------------------------------------------------
   auto compat = [&](const std::vector<std::pair<std::string, window_acc>>& m, std::string_view bw_name, std::string_view t_name, std::string_view what) {
@@ -119,12 +200,16 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   for (const auto& [l, t] : native) sample(out, "ncclinsp_bus_bytes_total", l, t.bus_bytes);
   family(out, "ncclinsp_busy_seconds_total", "counter", "Sum of operation durations (GPU kernel span when available).");
   for (const auto& [l, t] : native) sample(out, "ncclinsp_busy_seconds_total", l, static_cast<double>(t.busy_ns) * 1e-9);
-  family(out, "ncclinsp_op_duration_seconds", "histogram", "Operation duration.");
+  if (card.histogram != histogram_mode::off) family(out, "ncclinsp_op_duration_seconds", "histogram", "Operation duration.");
   for (const auto& [l, t] : native) {
+    if (card.histogram == histogram_mode::off) break;
     const std::string open = l.substr(0, l.size() - 1);
     std::uint64_t cum = 0;
+    std::size_t next = 0;
     for (std::size_t b = 0; b < duration_buckets; ++b) {
       cum += t.hist[b];
+      if (hist_buckets[next] != b) continue;
+      ++next;
       out += "ncclinsp_op_duration_seconds_bucket";
       out += open;
       out += ",le=\"";
@@ -141,14 +226,11 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   }
 
   // ---- communicator health ---------------------------------------------------------------------
-  std::vector<const comm_snapshot*> comms;
-  for (const auto& c : snap.comms)
-    if (c.desc.uuid == uuid) comms.push_back(&c);
   auto per_comm = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
     family(out, name, type, help);
     std::map<std::string, double> rows;
     for (const auto* c : comms) {
-      label_list l = comm_labels(snap, c->desc);
+      label_list l = comm_labels(snap, c->desc, card);
       add_user_labels(l, snap);
       rows[render(l)] += value(*c);
     }
@@ -173,7 +255,7 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
       for (std::size_t f = 1; f < func_count; ++f)
         if (c->last_seq_plus1[f])
           rows[render([&] {
-            label_list l = with(comm_labels(snap, c->desc), "collective", std::string(func_names[f]));
+            label_list l = with(comm_labels(snap, c->desc, card), "collective", std::string(func_names[f]));
             add_user_labels(l, snap);
             return l;
           }())] = static_cast<double>(c->last_seq_plus1[f] - 1);
@@ -220,9 +302,10 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   if (!snap.busbw.empty()) {
     std::vector<std::pair<std::string, const busbw_health*>> rows;
     for (const auto& b : snap.busbw) {
-      if (snap.comms[b.comm].desc.uuid != uuid) continue;
-      label_list l = comm_labels(snap, snap.comms[b.comm].desc);
-      l.insert(l.end(), {{"collective", std::string(to_string(b.fn))}, {"message_size", pow2_bucketer::label(b.size_bucket)}});
+      if (std::find(comms.begin(), comms.end(), &snap.comms[b.comm]) == comms.end()) continue;
+      label_list l = comm_labels(snap, snap.comms[b.comm].desc, card);
+      l.insert(l.end(), {{"collective", std::string(to_string(b.fn))},
+                         {"message_size", size_label<pow2_bucketer>(b.size_bucket, card.size_bucket_bits)}});
       add_user_labels(l, snap);
       rows.emplace_back(render(l), &b);
     }
@@ -260,6 +343,14 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
     for (const auto* c : comms) n += static_cast<double>(c->filtered[r]);
     for (const auto& d : snap.departed) n += d.gpu.uuid == uuid ? static_cast<double>(d.filtered[r]) : 0.0;
     sample(out, "ncclinsp_filtered_ops_total", gpu_labels({{"reason", filter_reason_names[r]}}), n);
+  }
+  if (card.max_series) {
+    family(out, "ncclinsp_series_overflow", "gauge",
+           "Series left out of this file by the per-file cap (NCCLINSP_MAX_SERIES): op series sets folded into comm_name=\"_overflow\", "
+           "communicators and Inspector-compatible sets not written.");
+    sample(out, "ncclinsp_series_overflow", gpu_labels({{"kind", "op_sets"}}), static_cast<double>(budget.folded_sets));
+    sample(out, "ncclinsp_series_overflow", gpu_labels({{"kind", "comms"}}), static_cast<double>(budget.left_comms));
+    sample(out, "ncclinsp_series_overflow", gpu_labels({{"kind", "compat"}}), static_cast<double>(budget.left_compat));
   }
   family(out, "ncclinsp_export_timestamp_seconds", "gauge", "Unix time at which this file was written (stale-exporter signal).");
   sample(out, "ncclinsp_export_timestamp_seconds", gpu_labels({}), static_cast<double>(snap.time_unix_ns / 1000000) / 1e3);

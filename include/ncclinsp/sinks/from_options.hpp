@@ -33,6 +33,22 @@ inline std::uint32_t record_ring_for(const options& o) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, traces_for(o) ? max_traced_ring : UINT32_MAX));
 }
 
+/// The cardinality controls of NCCLINSP_DROP_LABELS, _SIZE_BUCKET_BITS, _HISTOGRAM, _MAX_SERIES.
+inline format::cardinality cardinality_from_options(const options& o) {
+  format::cardinality c;
+  for (const auto& l : o.drop_labels) {
+    if (l == "rank") c.rank = false;
+    if (l == "comm_hash") c.comm_hash = false;
+    if (l == "uuid") c.uuid = false;
+    if (l == "algo_proto") c.algo_proto = false;
+  }
+  c.size_bucket_bits = o.size_bucket_bits;
+  c.histogram = o.histogram == "off" ? format::histogram_mode::off
+                : o.histogram == "coarse" ? format::histogram_mode::coarse : format::histogram_mode::full;
+  c.max_series = static_cast<std::size_t>(o.max_series);
+  return c;
+}
+
 inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
                                                 const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
   std::vector<any_sink> sinks;
@@ -41,7 +57,9 @@ inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& 
     sinks.emplace_back(OtlpHttpSink(otlp_http_options::from_env(log, get)));
     return sinks;
   }
-  if (o.has_sink("prom")) sinks.emplace_back(PromTextfileSink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .log = log}));
+  if (o.has_sink("prom"))
+    sinks.emplace_back(PromTextfileSink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .compat_gauges = o.compat_gauges,
+                                         .log = log, .card = cardinality_from_options(o)}));
   if (o.has_sink("json")) sinks.emplace_back(JsonSink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
   if (o.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = o.dump_dir, .log = log}));
   return sinks;

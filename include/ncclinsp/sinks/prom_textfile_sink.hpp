@@ -27,6 +27,8 @@ struct prom_textfile_options {
   /// Write Inspector's four gauge families too (for existing Inspector dashboards).
   bool compat_gauges = true;
   log_fn log{};
+  /// Labels, size buckets, histogram and the per-file line cap (docs/scale.md).
+  format::cardinality card{};
 };
 
 /// File name for a GPU: characters outside [A-Za-z0-9._-] become '_'.
@@ -46,7 +48,7 @@ class basic_prom_textfile_sink {
       export_result res = export_result::success;
       for (const auto& uuid : format::gpu_uuids(snap)) {
         std::string text;
-        format::write_prometheus<NativeBucketer>(text, snap, uuid, o_.compat_gauges);
+        format::write_prometheus<NativeBucketer>(text, snap, uuid, o_.compat_gauges, o_.card);
         const std::string name = prom_file_name(uuid);
         const int err = detail::write_file_atomic(o_.dir, name, text);
         if (err) {
