@@ -494,8 +494,15 @@ class Run:
             if not r:
                 self.fail(f"rule {name} not loaded")
                 continue
-            mine = [m for m, _ in self.prom.values(r["query"], at=now + later)
-                    if m.get("slurm_job_id", self.job) == self.job]
+            # VictoriaMetrics makes the final="1" series (new at the last export) searchable only
+            # seconds after its first sample: give the index up to 20 s (Prometheus: at once).
+            deadline = time.time() + 20
+            while True:
+                mine = [m for m, _ in self.prom.values(r["query"], at=now + later)
+                        if m.get("slurm_job_id", self.job) == self.job]
+                if not mine or time.time() > deadline:
+                    break
+                time.sleep(1)
             control = self.prom.values(bare, at=now + later)
             if mine:
                 self.fail(f"{name} would fire {later}s after the job ended for finished files: {mine[:2]}")
@@ -529,8 +536,8 @@ class Run:
         def mine():
             return [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
                     if d.get("groupLabels", {}).get("slurm_job_id") == self.job]
-        while time.time() < deadline and {d["groupLabels"].get("alertname") for _, d in mine()} < \
-                {"NcclinspNetworkFabricDegraded", "NcclinspCollectiveHung"}:
+        while time.time() < deadline and not {"NcclinspNetworkFabricDegraded", "NcclinspCollectiveHung"} <= \
+                {d["groupLabels"].get("alertname") for _, d in mine()}:
             time.sleep(1)
         got = mine()
         for path, d in got:
