@@ -196,7 +196,7 @@ def main():
     stack = os.path.join(REPO, "scripts", "stack.sh")
     scrape_s = float(a.scrape.rstrip("s"))
     p = subprocess.run([stack, "start", "--nodes", nodes, "--root", root, "--scrape", a.scrape, "--backend", "both",
-                        "--timeout", "180"], stdout=subprocess.PIPE, text=True)
+                        "--timeout", "400"], stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
         print("stack.sh start failed")
         return 1

@@ -257,7 +257,7 @@ ready, targets = sys.argv[4].split(), sys.argv[5].split()
 
 def get(u):
     try:
-        with urllib.request.urlopen(u, timeout=2) as r:
+        with urllib.request.urlopen(u, timeout=10) as r:
             return r.read().decode() if r.status == 200 else None
     except Exception:
         return None

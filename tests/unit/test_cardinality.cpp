@@ -89,6 +89,30 @@ TEST_CASE("cardinality: dropped labels leave op and communicator families, not G
   CHECK(sum_of(b, "ncclinsp_ops_total") == 2);
 }
 
+TEST_CASE("cardinality: communicators that coincide without comm_hash share rows, never duplicate a series", "[format][prom][cardinality]") {
+  collector<> col(collector_options{.identity = {.node = "n", .hostname = "h", .slurm_job_id = "1", .abi = "v7", .labels = {}, .pid = 1}});
+  // Two unnamed communicators (comm_name "unknown") on one GPU.
+  const auto a = col.add_comm({.name = "", .hash = 1, .rank = 0, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+  const auto b = col.add_comm({.name = "", .hash = 2, .rank = 3, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+  col.record(a, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 100'000, 1));
+  col.record(b, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 300'000, 1));
+  col.note_started(b);
+  const auto snap = col.take_snapshot();
+  format::cardinality card;
+  card.comm_hash = card.rank = false;
+  std::string text;
+  format::write_prometheus(text, snap, "GPU-0", true, card);
+  std::map<std::string, int> seen;
+  for (const auto& l : samples(text)) ++seen[l.substr(0, l.rfind(' '))];
+  for (const auto& [k, n] : seen) {
+    INFO(k);
+    CHECK(n == 1);
+  }
+  CHECK(sum_of(text, "ncclinsp_ops_total") == 2);
+  CHECK(samples(text, "ncclinsp_ops_total{").size() == 1);
+  CHECK(samples(text, "ncclinsp_inflight_ops{").size() == 1);
+}
+
 TEST_CASE("cardinality: coarser message_size buckets have power-of-two edges", "[format][prom][cardinality]") {
   CHECK(format::size_label<pow2_bucketer>(pow2_bucketer::index(20u << 20), 1) == "16MiB-32MiB");
   CHECK(format::size_label<pow2_bucketer>(pow2_bucketer::index(20u << 20), 2) == "16MiB-64MiB");

@@ -133,6 +133,7 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
       std::size_t rows = 5;
       for (std::size_t f = 1; f < func_count; ++f) rows += c->last_seq_plus1[f] ? 1 : 0;
       for (const auto& b : snap.busbw) rows += &snap.comms[b.comm] == c ? 3 : 0;
+      for (const auto& p : snap.proxy) rows += &snap.comms[p.comm] == c ? 5 : 0;
       if (rows > left) break;
       left -= rows;
       ++budget.comms;
@@ -226,22 +227,27 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   }
 
   // ---- communicator health ---------------------------------------------------------------------
-  auto per_comm = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+  // Communicators whose labels coincide once `card` drops labels (same name, comm_hash dropped)
+  // share one row: counters add up, the age gauges take the worst (max) communicator.
+  auto per_comm = [&](std::string_view name, std::string_view type, std::string_view help, auto value, bool max = false) {
     family(out, name, type, help);
     std::map<std::string, double> rows;
     for (const auto* c : comms) {
       label_list l = comm_labels(snap, c->desc, card);
       add_user_labels(l, snap);
-      rows[render(l)] += value(*c);
+      const std::string k = render(l);
+      const double v = value(*c);
+      const auto [it, fresh] = rows.emplace(k, v);
+      if (!fresh) it->second = max ? std::max(it->second, v) : it->second + v;
     }
     for (const auto& [l, v] : rows) sample(out, name, l, v);
   };
   per_comm("ncclinsp_inflight_ops", "gauge", "Operations handed to the GPU and not yet completed.",
            [](const comm_snapshot& c) { return static_cast<double>(c.inflight); });
   per_comm("ncclinsp_oldest_inflight_age_seconds", "gauge", "Age of the oldest in-flight operation (0 when none): the hang signal.",
-           [](const comm_snapshot& c) { return c.oldest_inflight_age_s; });
+           [](const comm_snapshot& c) { return c.oldest_inflight_age_s; }, true);
   per_comm("ncclinsp_seconds_since_last_completion", "gauge", "Seconds since the communicator last completed an operation (0 before the first).",
-           [](const comm_snapshot& c) { return c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s; });
+           [](const comm_snapshot& c) { return c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s; }, true);
   std::vector<double> invalid(snap.comms.size(), 0.0);
   for (const auto& cell : snap.cells) invalid[cell.comm] += static_cast<double>(cell.total.invalid);
   per_comm("ncclinsp_invalid_ops_total", "counter", "Operations with zero duration, zero or overflowing size, or unknown function/datatype.",
@@ -269,8 +275,8 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
       const proxy_peer_snapshot* p;
     };
     std::vector<row> rows;
-    for (const auto& p : snap.proxy) {
-      if (snap.comms[p.comm].desc.uuid != uuid) continue;
+    for (const auto& p : snap.proxy) {  // full communicator labels: rows are per peer and never merged
+      if (std::find(comms.begin(), comms.end(), &snap.comms[p.comm]) == comms.end()) continue;
       label_list l = comm_labels(snap, snap.comms[p.comm].desc);
       l.insert(l.end(), {{"peer", std::to_string(p.peer)}, {"direction", p.send ? "send" : "recv"}});
       add_user_labels(l, snap);
@@ -300,16 +306,22 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
 
   // ---- in-process change detection (detector.hpp), when a detector ran ---------------------------
   if (!snap.busbw.empty()) {
-    std::vector<std::pair<std::string, const busbw_health*>> rows;
+    std::map<std::string, busbw_health> merged;  // coinciding rows: lowest ratio, degraded if any, degradations added
     for (const auto& b : snap.busbw) {
       if (std::find(comms.begin(), comms.end(), &snap.comms[b.comm]) == comms.end()) continue;
       label_list l = comm_labels(snap, snap.comms[b.comm].desc, card);
       l.insert(l.end(), {{"collective", std::string(to_string(b.fn))},
                          {"message_size", size_label<pow2_bucketer>(b.size_bucket, card.size_bucket_bits)}});
       add_user_labels(l, snap);
-      rows.emplace_back(render(l), &b);
+      const auto [it, fresh] = merged.emplace(render(l), b);
+      if (!fresh) {
+        it->second.ratio = std::min(it->second.ratio, b.ratio);
+        it->second.degraded = it->second.degraded || b.degraded;
+        it->second.degradations += b.degradations;
+      }
     }
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::pair<std::string, const busbw_health*>> rows;
+    for (const auto& [k, b] : merged) rows.emplace_back(k, &b);
     if (!rows.empty()) {
       family(out, "ncclinsp_busbw_ratio_to_baseline", "gauge",
              "In-process detector: median bus bandwidth of the recent export windows / the baseline windows' median (frozen while degraded).");
