@@ -47,10 +47,11 @@ times given above, so the result does not depend on polling luck):
      nothing for this job, while the bare age condition would (so the exclusion is what holds).
   8. no other alert fires.
   9. Alertmanager (shipped prometheus/alertmanager.example.yml, production timers) delivers to the
-     webhook exactly one page (NcclinspCollectiveHung, the hung communicator) and one ticket
-     (NcclinspNetworkFabricDegraded, with its text and runbook) per backend; the per-collective
-     alerts are inhibited by the fabric alert (at most one earlier ticket from the in-process
-     detector, which fires before this short job has a PromQL baseline).
+     webhook exactly one page (NcclinspCollectiveHung, the hung communicator) per backend and
+     one ticket per alert name for scenario 1: from Prometheus the NcclinspNetworkFabricDegraded
+     ticket (text and runbook checked); the per-collective alerts are inhibited by the fabric
+     alert (at most one earlier ticket from the in-process detector, which fires before this
+     short job has a PromQL baseline). See check_notifications for VictoriaMetrics' timing.
 
 usage: e2e_test.py --plugin PATH --sim PATH [--nodes 2 --gpus 4] [--backend both] [--keep] [--root DIR]
 Exit 0 pass, 1 fail, 77 skip (plugin / simulator not built). Missing servers fail the test.
@@ -551,10 +552,17 @@ class Run:
         # so scenario 2 stays inside the fabric alert: no host ticket.
         if names.count(("page", "NcclinspCollectiveHung")) != (1 if hang else 0):
             self.fail(f"page notifications {names}: expected one for the hang")
-        if names.count(("ticket", "NcclinspNetworkFabricDegraded")) != (1 if fab else 0):
+        # VictoriaMetrics' fabric alert fires ~30 s later on a fresh job (new-series latency, see
+        # docs/scale.md) and, in a job this short, the 10m baseline has absorbed the degraded level
+        # ~60 s later: it may end before its group_wait, leaving the per-collective ticket as the
+        # one notification of scenario 1. Prometheus must deliver the fabric ticket.
+        n_fab = names.count(("ticket", "NcclinspNetworkFabricDegraded"))
+        n_coll = names.count(("ticket", "NcclinspBusBandwidthDegraded"))
+        if backend == "prometheus" and n_fab != (1 if fab else 0):
             self.fail(f"ticket notifications {names}: expected one NcclinspNetworkFabricDegraded")
-        if names.count(("ticket", "NcclinspBusBandwidthDegraded")) > 1:
-            self.fail(f"ticket notifications {names}: per-collective degradation sent more than once")
+        if n_fab > 1 or n_coll > 1 or n_fab + n_coll == 0:
+            self.fail(f"ticket notifications {names}: expected one ticket for the fabric (at most one earlier "
+                      "per-collective ticket)")
         extra = [n for n in names if n[1] not in ("NcclinspCollectiveHung", "NcclinspNetworkFabricDegraded",
                                                    "NcclinspBusBandwidthDegraded")]
         if extra:
