@@ -16,9 +16,12 @@ timeout 90 "$CHROME" "${flags[@]}" --dump-dom "file://$HTML" >"$WORK/dom.html" 2
 for c in 'chart hosts' 'chart sizes' 'chart ranks'; do
   grep -q "<svg class=\"$c\"" "$WORK/dom.html" || fail "no <svg class=\"$c\"> in the DOM"
 done
-n=$(grep -o '<rect class="bar straggler"' "$WORK/dom.html" | wc -l)
-[ "$n" -ge 1 ] || fail "no straggler bar in the host chart"
-grep -q 'id="verdict">straggler host: node1' "$WORK/dom.html" || fail "verdict not in the DOM"
+# The fixture is a slow-host run: on kernel time every host slows alike (collective-physics.md), so the
+# chart has one plain bar per host and no straggler bar.
+n=$(grep -o '<rect class="bar"' "$WORK/dom.html" | wc -l)
+[ "$n" -ge 3 ] || fail "host chart has $n plain bars, expected one per host (3)"
+grep -q '<rect class="bar straggler"' "$WORK/dom.html" && fail "a straggler bar in a job where no host is below its peers"
+grep -q 'id="verdict">no straggler host' "$WORK/dom.html" || fail "verdict not in the DOM"
 timeout 90 "$CHROME" "${flags[@]}" --window-size=1200,1600 --screenshot="$WORK/shot.png" "file://$HTML" >/dev/null 2>>"$WORK/chromium.err" ||
   { tail -20 "$WORK/chromium.err"; fail "chromium --screenshot failed"; }
 [ -s "$WORK/shot.png" ] || fail "no screenshot"

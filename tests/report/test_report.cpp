@@ -63,25 +63,33 @@ TEST_CASE("reader: golden job directory (rotation, truncated line, unknown kind,
   REQUIRE(hc);
   CHECK(hc->records == 1);
 
-  // hostB (rank 2) runs at half the bus bandwidth of its peers and arrives 50 us late.
+  // hostB (rank 2) arrives 50 us late and ends with its peers (collective-physics.md): the shortest exec time
+  // (half the op median), so the highest kernel-time busbw; its peers' exec times are inflated by their wait.
+  // The report names it from its lateness, never from bus bandwidth.
   REQUIRE(a.hosts.size() == 3);
   CHECK(j.hosts[a.hosts[0].host] == "hostB");
   CHECK(a.hosts[0].straggler);
-  CHECK(a.hosts[0].rel_in_op == Approx(0.5));
+  CHECK(a.hosts[0].rel_in_op == Approx(2.0));
+  CHECK(a.hosts[0].deviation == Approx(-0.5));
   CHECK(a.hosts[0].late_us == Approx(50.0));
   CHECK_FALSE(host(j, a, "hostA")->straggler);
+  CHECK_FALSE(host(j, a, "hostC")->straggler);
+  CHECK(host(j, a, "hostA")->late_us == Approx(0.0));
   REQUIRE(!a.ranks.empty());
   CHECK(a.ranks[0].rank == 2);
+  CHECK(a.ranks[0].straggler);
+  CHECK(a.ranks[0].rel_exec_in_op == Approx(0.5));
   CHECK(a.ranks[0].slow_ops == 3);
+  for (std::size_t i = 1; i < a.ranks.size(); ++i) CHECK_FALSE(a.ranks[i].straggler);
 
   // Size table: world AllReduce 1 MiB dominates the time.
   REQUIRE(a.sizes.size() == 2);
   CHECK(a.sizes[0].bytes == 1048576);
   CHECK(a.sizes[0].records == 12);
   CHECK(a.sizes[0].ops == 4);
-  CHECK(a.sizes[0].busbw.min == Approx(7.86432));
+  CHECK(a.sizes[0].busbw.min == Approx(15.72864));
   CHECK(a.sizes[0].busbw.p50 == Approx(15.72864));
-  CHECK(a.sizes[0].time_share == Approx(1500.0 / 1540.0));
+  CHECK(a.sizes[0].time_share == Approx(1050.0 / 1090.0));
 }
 
 TEST_CASE("reader: outputs name the straggler, JSON output parses") {
@@ -98,7 +106,7 @@ TEST_CASE("reader: outputs name the straggler, JSON output parses") {
   CHECK(html.str().find("<svg class=\"chart ranks\"") != std::string::npos);
   CHECK(html.str().find("<script") == std::string::npos);
   CHECK(html.str().find("http://") == html.str().find("http://www.w3.org/2000/svg"));  // only the SVG namespace
-  CHECK(csv.str().find("hostB,1,3,0.5,") != std::string::npos);
+  CHECK(csv.str().find("hostB,1,3,2,") != std::string::npos);
   simdjson::dom::parser p;
   simdjson::padded_string ps(json.str());
   simdjson::dom::element doc;
@@ -118,8 +126,8 @@ TEST_CASE("reader: no straggler when all hosts agree, threshold") {
     for (int r = 0; r < 2; ++r)
       f << R"({"header":{"id":"0x00000000000000ab","comm_name":"x","rank":)" << r
         << R"(,"n_ranks":2,"nnodes":2},"metadata":{"inspector_output_format_version":"v4.3","git_rev":"ncclinsp-0.1.0","hostname":"h)" << r
-        << R"(","pid":1},"coll_perf":{"coll":"AllGather","coll_sn":)" << sn << R"(,"coll_msg_size_bytes":65536,"coll_exec_time_us":10.0,"coll_busbw_gbs":)"
-        << (r ? "9.5" : "10.0") << "}}\n";
+        << R"(","pid":1},"coll_perf":{"coll":"AllGather","coll_sn":)" << sn << R"(,"coll_msg_size_bytes":65536,"coll_exec_time_us":)"
+        << (r ? "9.5" : "10.0") << R"(,"coll_busbw_gbs":)" << (r ? "10.5" : "10.0") << "}}\n";  // h1 arrives 0.5 us late
   f.close();
   rep::job j = rep::read_job({d});
   CHECK(j.ops.size() == 6);

@@ -64,11 +64,32 @@ std::vector<const host_row*> stragglers(const analysis& a) {
 std::string verdict(const job& j, const analysis& a) {
   auto s = stragglers(a);
   if (a.hosts.size() < 2) return "only one host in the data: host attribution needs ops that span hosts";
-  if (s.empty()) return "no straggler host: every host is within " + fmt("%.0f", a.threshold * 100) + "% of the op median bus bandwidth";
+  if (s.empty())
+    return "no straggler host: no rank arrives late (exec time within " + fmt("%.0f", a.threshold * 100) +
+           "% of the op median in 90% of ops); a slowdown of every rank alike is a network or NVLink matter (see the timeline)";
   std::string out = "straggler host" + std::string(s.size() > 1 ? "s" : "") + ": ";
-  for (std::size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + j.hosts[s[i]->host] + " (busbw " + pct(1 + s[i]->deviation) + " vs. the op median)";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    out += (i ? ", " : "") + j.hosts[s[i]->host];
+    for (const auto& r : a.ranks)  // sorted latest first: the host's latest straggler rank
+      if (r.straggler && r.host == s[i]->host) {
+        out += " (rank " + std::to_string(r.rank) + " of " + j.comms[r.comm].name + " arrives " + fmt("%.1f", r.late_us) + " us late: exec " +
+               pct(r.rel_exec_in_op) + " vs. the op median; its peers wait for it)";
+        break;
+      }
+  }
   return out;
+}
+
+std::string tl_time(const timeline& t, std::size_t b) { return fmt("%.1f", static_cast<double>(b) * t.bin_s); }
+
+std::string incident_line(const timeline& t, const timeline::incident& i) {
+  std::string s = "t+" + tl_time(t, i.first_bin) + "s..t+" + tl_time(t, i.last_bin + 1) + "s: " + i.kind;
+  if (!i.culprit.empty()) s += " [" + i.culprit + "]";
+  if (!i.detail.empty()) s += ": " + i.detail;
+  std::string d;
+  for (const auto& x : i.degraded) d += (d.empty() ? "" : ",") + x;
+  if (!d.empty()) s += " (degraded: " + d + ")";
+  return s;
 }
 
 }  // namespace
@@ -99,9 +120,10 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
   }
 
   os << "\nHosts (busbw vs. the median rank of the same op, over ops spanning hosts; vs. job = vs. the median of the same\n"
-        "comm/collective/size over the whole job; late = mean arrival lateness in matched ops)\n";
+        "comm/collective/size over the whole job; late = its latest rank's mean arrival lateness (op median exec - own exec);\n"
+        "STRAGGLER = holds a rank that arrives late in >= 10% of its ops)\n";
   os << pad("host", 20) << pad("gpus", 5, true) << pad("records", 8, true) << pad("busbw_vs_op", 12, true) << pad("busbw_vs_job", 13, true)
-     << pad("exec_vs_job", 12, true) << pad("late_us", 10, true) << pad("slow_ops", 9, true) << "verdict\n";
+     << pad("exec_vs_job", 12, true) << pad("late_us", 10, true) << pad("late_ops", 9, true) << "verdict\n";
   for (const auto& h : a.hosts)
     os << pad(j.hosts[h.host], 20) << pad(std::to_string(h.ranks), 5, true) << pad(std::to_string(h.records), 8, true)
        << pad(pct(h.rel_in_op), 12, true) << pad(pct(h.rel_busbw), 13, true) << pad(pct(h.rel_exec), 12, true)
@@ -109,17 +131,34 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
 
   const std::size_t n = std::min<std::size_t>(a.ranks.size(), static_cast<std::size_t>(std::max(top_ranks, 0)));
   if (n) {
-    os << "\nSlowest ranks (top " << n << " of " << a.ranks.size() << " comm ranks, by busbw vs. the op median)\n";
+    os << "\nLatest ranks (top " << n << " of " << a.ranks.size() << " comm ranks, by exec time vs. the op median: the last to arrive has the shortest)\n";
     os << pad("comm", 16) << pad("id", 19) << pad("rank", 5, true) << pad("host", 20) << pad("records", 8, true) << pad("busbw_vs_op", 12, true)
-       << pad("busbw_vs_job", 13, true) << pad("late_us", 10, true) << "slow_ops\n";
+       << pad("busbw_vs_job", 13, true) << pad("exec_vs_op", 11, true) << pad("late_us", 10, true) << "late_ops\n";
     for (std::size_t i = 0; i < n; ++i) {
       const auto& r = a.ranks[i];
       os << pad(comm_label(j.comms[r.comm]), 16) << pad(j.comms[r.comm].id, 19) << pad(std::to_string(r.rank), 5, true)
          << pad(j.hosts[r.host], 20) << pad(std::to_string(r.records), 8, true) << pad(pct(r.rel_in_op), 12, true)
-         << pad(pct(r.rel_busbw), 13, true) << pad(fmt("%.1f", r.late_us), 10, true) << r.slow_ops << "\n";
+         << pad(pct(r.rel_busbw), 13, true) << pad(pct(r.rel_exec_in_op), 11, true) << pad(fmt("%.1f", r.late_us), 10, true) << r.slow_ops
+         << (r.straggler ? "  STRAGGLER" : "") << "\n";
     }
   }
   for (const auto& m : a.missing_ranks) os << "missing: " << m << "\n";
+  const auto& t = a.time;
+  if (t.bins) {
+    os << "\nTimeline (" << t.bins << " bins of " << fmt("%.2f", t.bin_s) << " s by op end time; busbw vs. the series' baseline: '.' within "
+       << fmt("%.0f", a.threshold * 100) << "%, 'v' below, ' ' no op; '^' incident)\n";
+    os << pad("series", 20) << pad("base_GB/s", 10, true) << "\n";
+    for (const auto& r : t.rows) {
+      std::string line;
+      for (double v : r.busbw) line += v < 0 ? ' ' : v < (1 - a.threshold) * r.baseline ? 'v' : '.';
+      os << pad((r.host ? "host " : "") + r.name, 20) << pad(fmt("%.1f", r.baseline), 10, true) << line << "\n";
+    }
+    std::string mark(t.bins, ' ');
+    for (const auto& i : t.incidents)
+      for (auto b = i.first_bin; b <= i.last_bin; ++b) mark[b] = '^';
+    os << pad("incidents", 20) << pad("", 10, true) << mark << "\n";
+    for (const auto& i : t.incidents) os << "incident " << incident_line(t, i) << "\n";
+  }
   os << "\nVerdict: " << verdict(j, a) << "\n";
 }
 
@@ -186,9 +225,35 @@ void write_json(std::ostream& os, const job& j, const analysis& a) {
     os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"comm_name\":" << jstr(c.name) << ",\"comm_id\":" << jstr(c.id)
        << ",\"rank\":" << r.rank << ",\"host\":" << jstr(j.hosts[r.host]) << ",\"records\":" << r.records
        << ",\"rel_busbw_in_op\":" << jnum(r.rel_in_op) << ",\"rel_busbw_job\":" << jnum(r.rel_busbw) << ",\"rel_exec_job\":" << jnum(r.rel_exec)
-       << ",\"late_us\":" << jnum(r.late_us) << ",\"slow_ops\":" << r.slow_ops << "}";
+       << ",\"rel_exec_in_op\":" << jnum(r.rel_exec_in_op) << ",\"late_us\":" << jnum(r.late_us) << ",\"slow_ops\":" << r.slow_ops
+       << ",\"straggler\":" << (r.straggler ? "true" : "false") << "}";
   }
-  os << "],\n\"missing_ranks\":[";
+  os << "],\n\"straggler_ranks\":[";
+  first = true;
+  for (const auto& r : a.ranks)
+    if (r.straggler)
+      os << (std::exchange(first, false) ? "" : ",") << "{\"comm_name\":" << jstr(j.comms[r.comm].name) << ",\"comm_id\":" << jstr(j.comms[r.comm].id)
+         << ",\"rank\":" << r.rank << ",\"host\":" << jstr(j.hosts[r.host]) << ",\"late_us\":" << jnum(r.late_us)
+         << ",\"rel_exec_in_op\":" << jnum(r.rel_exec_in_op) << "}";
+  const auto& t = a.time;
+  os << "],\n\"timeline\":{\"bins\":" << t.bins << ",\"bin_s\":" << jnum(t.bin_s) << ",\"t0_ns\":" << t.t0_ns << ",\"series\":[";
+  first = true;
+  for (const auto& r : t.rows) {
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"name\":" << jstr(r.name) << ",\"kind\":" << (r.host ? "\"host\"" : "\"comm\"")
+       << ",\"n_nodes\":" << r.nnodes << ",\"baseline_gbs\":" << jnum(r.baseline) << ",\"busbw_gbs\":[";
+    for (std::size_t b = 0; b < r.busbw.size(); ++b) os << (b ? "," : "") << (r.busbw[b] < 0 ? std::string("null") : jnum(r.busbw[b]));
+    os << "]}";
+  }
+  os << "],\n\"incidents\":[";
+  first = true;
+  for (const auto& i : t.incidents) {
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"start_s\":" << jnum(static_cast<double>(i.first_bin) * t.bin_s)
+       << ",\"end_s\":" << jnum(static_cast<double>(i.last_bin + 1) * t.bin_s) << ",\"kind\":" << jstr(i.kind) << ",\"culprit\":" << jstr(i.culprit)
+       << ",\"detail\":" << jstr(i.detail) << ",\"degraded\":[";
+    for (std::size_t k = 0; k < i.degraded.size(); ++k) os << (k ? "," : "") << jstr(i.degraded[k]);
+    os << "]}";
+  }
+  os << "]},\n\"missing_ranks\":[";
   first = true;
   for (const auto& m : a.missing_ranks) os << (std::exchange(first, false) ? "" : ",") << jstr(m);
   os << "],\n\"warnings\":[";
@@ -270,8 +335,8 @@ void chart_hosts(std::ostream& os, const job& j, const analysis& a) {
   for (const auto& h : a.hosts) span = std::max(span, std::fabs(h.deviation) * 1.15);
   const double mid = L + (W - L - R) / 2, half = (W - L - R) / 2;
   os << "<svg class=\"chart hosts\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
-     << "\" role=\"img\"><title>Per-host bus bandwidth deviation</title>";
-  os << "<text x=\"8\" y=\"16\" class=\"t\">busbw deviation per host vs. the op median (red: below -" << fmt("%.0f", a.threshold * 100)
+     << "\" role=\"img\"><title>Per-host arrival: exec time of its latest rank vs. the op median</title>";
+  os << "<text x=\"8\" y=\"16\" class=\"t\">exec time of each host's latest rank vs. the op median (red: straggler, below -" << fmt("%.0f", a.threshold * 100)
      << "%)</text>";
   const double thx = mid - a.threshold / span * half;
   os << "<line x1=\"" << thx << "\" x2=\"" << thx << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16 << "\" class=\"thr\"/>";
@@ -343,12 +408,34 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
   os << "<h2>Hosts</h2>\n";
   chart_hosts(os, j, a);
   os << "<table id=\"hosts\"><tr><th class=\"l\">host</th><th>gpus</th><th>records</th><th>busbw vs op</th><th>busbw vs job</th><th>exec vs "
-        "job</th><th>late (µs)</th><th>slow ops</th><th class=\"l\">verdict</th></tr>\n";
+        "job</th><th>late (µs)</th><th>late ops</th><th class=\"l\">verdict</th></tr>\n";
   for (const auto& h : a.hosts)
     os << "<tr" << (h.straggler ? " class=\"straggler\"" : "") << "><td class=\"l\">" << html(j.hosts[h.host]) << "</td><td>" << h.ranks << "</td><td>"
        << h.records << "</td><td>" << pct(h.rel_in_op) << "</td><td>" << pct(h.rel_busbw) << "</td><td>" << pct(h.rel_exec) << "</td><td>"
        << fmt("%.1f", h.late_us) << "</td><td>" << h.slow_ops << "</td><td class=\"l\">" << (h.straggler ? "STRAGGLER" : "ok") << "</td></tr>\n";
-  os << "</table>\n<h2>Bus bandwidth by message size</h2>\n<div>";
+  os << "</table>\n";
+  if (a.time.bins) {
+    const auto& t = a.time;
+    os << "<h2>Timeline</h2>\n<p>Bus bandwidth per communicator and per host in bins of " << fmt("%.2f", t.bin_s)
+       << " s (cell: GB/s; red: below " << fmt("%.0f", (1 - a.threshold) * 100) << "% of the series' baseline; incident bins outlined).</p>\n"
+       << "<table id=\"timeline\" style=\"font-size:10px\"><tr><th class=\"l\">series</th><th>base</th>";
+    std::vector<char> inc(t.bins, 0);
+    for (const auto& i : t.incidents)
+      for (auto b = i.first_bin; b <= i.last_bin; ++b) inc[b] = 1;
+    for (std::size_t b = 0; b < t.bins; ++b) os << "<th" << (inc[b] ? " class=\"incident\" style=\"outline:2px solid #d62728\"" : "") << ">" << tl_time(t, b) << "</th>";
+    os << "</tr>\n";
+    for (const auto& r : t.rows) {
+      os << "<tr><td class=\"l\">" << (r.host ? "host " : "") << html(r.name) << "</td><td>" << fmt("%.1f", r.baseline) << "</td>";
+      for (double v : r.busbw)
+        os << "<td" << (v >= 0 && v < (1 - a.threshold) * r.baseline ? " style=\"background:#f6b0a8\"" : "") << ">"
+           << (v < 0 ? std::string() : fmt("%.0f", v)) << "</td>";
+      os << "</tr>\n";
+    }
+    os << "</table>\n<ul id=\"incidents\">\n";
+    for (const auto& i : t.incidents) os << "<li>" << html(incident_line(t, i)) << "</li>\n";
+    os << "</ul>\n";
+  }
+  os << "<h2>Bus bandwidth by message size</h2>\n<div>";
   std::set<std::uint32_t> fns;
   for (const auto& s : a.sizes) fns.insert(s.fn);
   for (auto f : fns) chart_sizes(os, j, a, f);

@@ -97,16 +97,47 @@ struct rank_row {
   double rel_busbw = 1;      ///< median of (record busbw / class median busbw), class = comm x fn x size
   double rel_exec = 1;       ///< median of (record exec time / class median exec time)
   double rel_in_op = 1;      ///< median of (record busbw / median busbw of the same matched op)
-  double late_us = 0;        ///< mean arrival lateness in matched ops (start, or end when no start)
-  std::uint64_t slow_ops = 0;  ///< matched ops where this rank was below (1 - threshold) of the op median
+  double rel_exec_in_op = 1;  ///< 10th percentile of (record exec time / median exec time of the same matched op)
+  /// Mean arrival lateness in matched ops spanning hosts: op median exec time - own exec time. Clock-free: the
+  /// ranks of one collective end together (collective-physics.md), so exec time = common end - own arrival.
+  double late_us = 0;
+  std::uint64_t slow_ops = 0;  ///< matched ops where this rank arrived late: exec below (1 - threshold) of the op median
+  std::uint64_t matched = 0;   ///< matched ops spanning hosts with this rank
+  bool straggler = false;      ///< arrives late in >= 10% of its matched ops: a compute straggler (its peers wait)
 };
 
 struct host_row {
   std::uint32_t host = 0;
   std::uint64_t ranks = 0, records = 0, slow_ops = 0;
-  double rel_busbw = 1, rel_in_op = 1, rel_exec = 1, late_us = 0;
-  double deviation = 0;  ///< rel_in_op - 1 (negative: slower than the job)
-  bool straggler = false;
+  double rel_busbw = 1, rel_in_op = 1, rel_exec = 1;
+  double late_us = 0;    ///< the largest late_us of the host's ranks (its latest GPU)
+  double deviation = 0;  ///< lowest rel_exec_in_op of the host's ranks - 1 (negative: a GPU that arrives late)
+  bool straggler = false;  ///< holds a straggler rank
+};
+
+/// Bus bandwidth over the run per series (communicator name, NVLink-only ones per host; and per host), in
+/// fixed time bins of the ops' GPU end timestamps, with the incidents: runs of bins where a series fell below
+/// (1 - threshold) of its baseline (median of the first quarter of the bins).
+struct timeline {
+  struct series {
+    std::string name;       ///< "fsdp", "dp0", "tp@node1", or a host name
+    bool host = false;      ///< a per-host series
+    int nnodes = 0;         ///< communicator series: its n_nodes
+    std::vector<double> busbw;  ///< per bin, GB/s; < 0 = no op in the bin
+    double baseline = 0;
+  };
+  struct incident {
+    std::size_t first_bin = 0, last_bin = 0;
+    std::vector<std::string> degraded;  ///< communicator series below threshold during it
+    std::string kind;                   ///< network | nvlink | straggler | unknown
+    std::string culprit;                ///< host, rank or "fabric"/"" when not localized
+    std::string detail;
+  };
+  double bin_s = 0;
+  std::uint64_t t0_ns = 0;
+  std::size_t bins = 0;
+  std::vector<series> rows;
+  std::vector<incident> incidents;
 };
 
 struct analysis {
@@ -118,11 +149,13 @@ struct analysis {
   double threshold = 0.1;
   double total_time_us = 0;
   std::vector<std::string> missing_ranks;  ///< "comm tp 0x..: ranks 3,5 never seen"
+  timeline time;
 };
 
 struct analysis_options {
-  double threshold = 0.10;  ///< a host is a straggler when its in-op busbw is below 1 - threshold
+  double threshold = 0.10;  ///< a rank arrives late when its exec time is below 1 - threshold of the op median
   std::uint64_t min_bytes = 0;
+  std::size_t timeline_bins = 40;  ///< at most this many bins in the timeline
 };
 
 analysis analyze(job& j, const analysis_options& o);
