@@ -229,6 +229,35 @@ def native():
         "comm/collective/size groups. One line dipping alone names the slow host.",
         thresholds=[(0.85, "red")], min0=False), w=12, h=10)
 
+    L.add_row("Attribution: fabric, host/NIC, straggler rank or NVLink (docs/diagnosis.md)")
+    L.add(timeseries(
+        "Degraded communicators (in-process detector)", "short",
+        [target(f"max by (comm_name, n_nodes) (ncclinsp_busbw_degraded{{{J}, {C}}})",
+                "{{comm_name}} n_nodes={{n_nodes}}")],
+        "1 while the in-process detector flags a communicator (any rank, collective, size). Every "
+        "n_nodes>1 comm at once: fabric or a host on every path; only the n_nodes=1 comm of one "
+        "node: its NVLink. The panels beside name the culprit."), w=12)
+    L.add(timeseries(
+        "Send wait on the network per node / job median (slow host or NIC)", "short",
+        [target(f"ncclinsp_node:proxy_send_network_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}}")],
+        "Share of each node's sampled send-proxy wait spent waiting for the network, over the "
+        "job's median node (NCCLINSP_PROXY=1). One line rising alone names the slow host or NIC; "
+        "alert NcclinspHostNetworkSlow fires above 1.5 while a network comm is degraded.",
+        thresholds=[(1.5, "red")], min0=False), w=12)
+    L.add(timeseries(
+        "Rank exec time per op / communicator median (straggler: lowest)", "percentunit",
+        [target(f"min by (node, comm_name, rank) (ncclinsp:exec_ratio_to_comm_median:rate1m{{{J}, {N}, {C}}})",
+                "{{node}} {{comm_name}} rank {{rank}}")],
+        "The last rank to arrive has the shortest exec time (its peers wait inside the kernel): "
+        "a line well below 1 names the straggler rank and node. Network faults leave every "
+        "line at 1. Alert NcclinspRankStraggler fires below 0.80.",
+        thresholds=[(0.8, "red")], min0=False), w=12)
+    L.add(timeseries(
+        "Proxy wait per node by direction and state", "s",
+        [target(f"ncclinsp_node:proxy_wait_seconds:rate1m{{{J}, {N}}}", "{{node}} {{direction}}/{{state}}")],
+        "Seconds per second the sampled proxy steps waited: send/network on the slow sender, "
+        "recv/network downstream of it, send/gpu on a late GPU."), w=12)
+
     L.add_row("Health")
     HC = f"{J}, {N}, {C}"
     L.add(timeseries(
