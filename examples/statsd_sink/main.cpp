@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "statsd_sink.hpp"
@@ -22,6 +24,13 @@ void record_some(ncclinsp::inspector& insp) {
     op.pro = ncclinsp::proto::simple;
     insp.record(comm, op);
   }
+  // A fourth AllReduce timed on the CPU: another cell (cells are also keyed by timing source), the
+  // same series: the sink must send one value for it, not one per cell.
+  ncclinsp::op_record cpu_timed = ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
+  cpu_timed.alg = ncclinsp::algo::ring;
+  cpu_timed.pro = ncclinsp::proto::simple;
+  cpu_timed.timing = ncclinsp::timing_source::kernel_cpu;
+  insp.record(comm, cpu_timed);
   insp.record(comm, ncclinsp::make_op(ncclinsp::func::send, 1u << 20, ncclinsp::dtype::int8, 0, 50'000));
 }
 
@@ -36,29 +45,39 @@ int self_test() {
     return 2;
   }
   const std::string port = std::to_string(ntohs(a.sin_port));
+  std::string all;
+  int datagrams = 0;
   {
     ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(example::statsd_sink({.port = port, .max_datagram = 512})),
                               .interval = std::chrono::milliseconds(0)});
     record_some(insp);
     if (!insp.flush()) return 3;
-  }
-  std::string all;
-  int datagrams = 0;
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 500) <= 0) break;
-    char buf[2048];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    if (n > 512) return 4;  // datagrams respect max_datagram
-    ++datagrams;
-    all.append(buf, static_cast<std::size_t>(n)).append("\n");
+    for (;;) {  // one export's datagrams (the final one, at destruction, is not read)
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 500) <= 0) break;
+      char buf[2048];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      if (n > 512) return 4;  // datagrams respect max_datagram
+      ++datagrams;
+      all.append(buf, static_cast<std::size_t>(n)).append("\n");
+    }
   }
   std::printf("%d datagram(s):\n%s", datagrams, all.c_str());
-  const bool ok = datagrams >= 2 &&
-                  all.find("nccl.ops:3|c|#comm_name:dp,rank:1,gpu:GPU0,node:") != std::string::npos &&
-                  all.find(",collective:AllReduce,message_size:4MiB-8MiB,algo_proto:RING_SIMPLE") != std::string::npos &&
-                  all.find("nccl.busy_ms:0.6|c") != std::string::npos && all.find("nccl.busbw_gbs:") != std::string::npos &&
+  // One value per name and label set in an export.
+  std::istringstream lines(all);
+  std::set<std::string> keys;
+  bool unique = true;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.empty()) continue;
+    const auto colon = l.find(':'), bar = l.find('|', colon);
+    unique = keys.insert(l.substr(0, colon) + l.substr(bar)).second && unique;
+  }
+  const bool ok = datagrams >= 2 && unique &&
+                  all.find("nccl.ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
+                  all.find(",comm_name:dp,comm_hash:0000000000000003,rank:1,nranks:4,n_nodes:1,collective:AllReduce,message_size:4MiB-8MiB,"
+                           "algo_proto:RING_SIMPLE") != std::string::npos &&
+                  all.find("nccl.busy_ms:0.8|c") != std::string::npos && all.find("nccl.busbw_gbs:") != std::string::npos &&
                   all.find("nccl.ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
                   all.find("nccl.inflight:0|g|#comm_name:dp,rank:1") != std::string::npos;
   std::puts(ok ? "statsd self-test ok" : "statsd self-test FAILED");

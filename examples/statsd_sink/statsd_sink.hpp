@@ -1,13 +1,17 @@
 #pragma once
 /// A custom sink for in-house telemetry: StatsD line protocol (DogStatsD tags) over UDP.
 ///
-/// Per export window and per (communicator, collective, size bucket, algo_proto) it sends
-///   <prefix>ops:<n>|c|#tags            completed ops in the window (a StatsD counter: a delta)
-///   <prefix>bytes:<n>|c|#tags          message bytes
-///   <prefix>busy_ms:<x>|c|#tags        sum of op durations, milliseconds
-///   <prefix>busbw_gbs:<x>|g|#tags      geometric mean bus bandwidth of the window (GB/s)
+/// It reads the snapshot series by series through format::group_cells, the grouping the .prom
+/// files use, so each label set gets exactly one value per export:
+///   <prefix>ops:<n>|c|#tags            per op series (the native labels: communicator, collective,
+///   <prefix>bytes:<n>|c|#tags          power-of-two message_size, algo_proto): the increase since
+///   <prefix>busy_ms:<x>|c|#tags        the previous export (StatsD counters are deltas)
+///   <prefix>busbw_gbs:<x>|g|#tags      per Inspector gauge series (Inspector's labels): the
+///                                      window's geometric mean bus bandwidth (GB/s)
 /// and per communicator <prefix>inflight:<n>|g and <prefix>oldest_inflight_s:<x>|g (hang signal).
-/// Tags use the Prometheus label names (comm_name, collective, message_size, ...).
+/// Tags are the labels (`name:value`). Do not loop over snapshot.cells instead: cells are also
+/// keyed by timing source, user tag and Inspector's finer size buckets, so several cells share one
+/// label set and a gauge sent per cell is overwritten by the last (this example's former bug).
 /// Lines are packed into datagrams of at most `max_datagram` bytes; sendto() is non-blocking and
 /// a failed datagram is counted, never retried (StatsD is fire-and-forget).
 ///
@@ -21,11 +25,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
 #include <ncclinsp/bucketing.hpp>
-#include <ncclinsp/format/prometheus_text.hpp>
+#include <ncclinsp/format/series.hpp>
 #include <ncclinsp/format/text.hpp>
 #include <ncclinsp/sink.hpp>
 
@@ -67,20 +72,28 @@ class statsd_sink {
         packet += packet.empty() ? "" : "\n";
         packet += l;
       };
-      for (const auto& cell : snap.cells) {
-        const auto& w = cell.window;
-        if (w.ops == 0) continue;
-        const auto& d = snap.comms[cell.comm].desc;
-        const std::string tags = "|#comm_name:" + ncclinsp::format::comm_name(d) + ",rank:" + std::to_string(d.rank) +
-                                 ",gpu:" + ncclinsp::format::gpu_label(d) + ",node:" + snap.identity.node +
-                                 ",collective:" + std::string(ncclinsp::to_string(cell.fn)) + ",message_size:" +
-                                 ncclinsp::pow2_bucketer::label(ncclinsp::pow2_bucketer::index(ncclinsp::inspector_bucketer::lower_bound(cell.size_index))) +
-                                 ",algo_proto:" + ncclinsp::format::algo_proto_label(cell.alg, cell.pro);
-        line(o_.prefix + "ops:" + std::to_string(w.ops) + "|c" + tags);
-        line(o_.prefix + "bytes:" + std::to_string(w.bytes) + "|c" + tags);
-        line(o_.prefix + "busy_ms:" + number(static_cast<double>(w.busy_ns) * 1e-6) + "|c" + tags);
-        if (w.bw_count) line(o_.prefix + "busbw_gbs:" + number(std::exp(w.log_busbw_sum / static_cast<double>(w.bw_count))) + "|g" + tags);
+      auto tags = [](const ncclinsp::format::label_list& labels) {
+        std::string t = "|#";
+        for (const auto& [k, v] : labels) {
+          if (t.size() > 2) t += ',';
+          t += k;
+          t += ':';
+          for (char ch : v) t += (ch == ',' || ch == '|' || ch == '#' || ch == ':' || ch == '\n') ? '_' : ch;
+        }
+        return t;
+      };
+      const ncclinsp::format::op_series series = ncclinsp::format::group_cells(snap, {}, /*compat_gauges=*/true);
+      for (const auto& [labels, t] : series.native) {  // cumulative: send the increase
+        const std::string tg = tags(labels);
+        ncclinsp::cell_stats& prev = last_[tg];
+        if (t.ops > prev.ops) line(o_.prefix + "ops:" + std::to_string(t.ops - prev.ops) + "|c" + tg);
+        if (t.bytes > prev.bytes) line(o_.prefix + "bytes:" + std::to_string(t.bytes - prev.bytes) + "|c" + tg);
+        if (t.busy_ns > prev.busy_ns) line(o_.prefix + "busy_ms:" + number(static_cast<double>(t.busy_ns - prev.busy_ns) / 1e6) + "|c" + tg);
+        prev = t;
       }
+      for (const auto* compat : {&series.compat_coll, &series.compat_p2p})
+        for (const auto& [labels, w] : *compat)
+          if (w.bw_count) line(o_.prefix + "busbw_gbs:" + number(std::exp(w.log_sum / static_cast<double>(w.bw_count))) + "|g" + tags(labels));
       for (const auto& c : snap.comms) {
         const std::string tags = "|#comm_name:" + ncclinsp::format::comm_name(c.desc) + ",rank:" + std::to_string(c.desc.rank);
         line(o_.prefix + "inflight:" + std::to_string(c.inflight) + "|g" + tags);
@@ -119,6 +132,7 @@ class statsd_sink {
 
   statsd_options o_;
   std::shared_ptr<state> state_;
+  std::map<std::string, ncclinsp::cell_stats> last_;  // per op series (by its tags): what was sent so far
 };
 
 static_assert(ncclinsp::sink<statsd_sink>);
