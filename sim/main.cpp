@@ -6,6 +6,7 @@
 /// runs every rank in one process. Per rank: a user thread (enqueue) and a proxy thread (KernelCh events at
 /// the simulated GPU end time), connected by a small SPSC queue.
 
+#include "job_model.hpp"
 #include "nccl_driver.hpp"
 
 #include <CLI/CLI.hpp>
@@ -43,60 +44,8 @@ using namespace ncclinsp::sim;
 namespace fs = std::filesystem;
 using u64 = std::uint64_t;
 
-constexpr std::size_t mib = 1024 * 1024;
 
-// ---- deterministic hashing -------------------------------------------------------------------------
-constexpr u64 splitmix(u64 x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-constexpr u64 mix(u64 a, u64 b) noexcept { return splitmix(a ^ splitmix(b)); }
-u64 hash_str(const std::string& s) noexcept {
-  u64 h = 0xCBF29CE484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-  return splitmix(h);
-}
-/// Uniform in [-1, 1].
-double unit_jitter(u64 h) noexcept { return double(h >> 11) / double(1ull << 52) - 1.0; }
-
-// ---- configuration ------------------------------------------------------------------------------
-struct window {
-  double t0 = 0, t1 = 0;
-  bool active(double t) const noexcept { return t >= t0 && t < t1; }
-};
-struct net_degrade { double pct = 0; window w; };
-struct slow_host { int node = 0; double pct = 0; window w; };
-struct hang { int rank = 0; double t = 0; };
-
-struct options {
-  std::string plugin;
-  int abi = 0;
-  int nodes = 2, gpus = 4;
-  double duration = 0;
-  int steps = 0;
-  double speed = 1;
-  std::string out;
-  std::string node_prefix = "node";
-  std::string cuda_driver;
-  std::string summary;
-  bool prom = false;
-  bool single_process = false;
-  int node_index = -1;
-  long long start_wall_ns = 0;
-  bool purge_inflight = false;
-  bool user_tags = false;
-  bool sym_kernels = false;
-  bool ce_colls = false;
-  bool pxn = false;
-  int mask_override = -1;
-  bool verbose = false;
-  u64 seed = 1;
-  std::vector<net_degrade> degrades;
-  std::vector<slow_host> slows;
-  std::vector<hang> hangs;
-};
+using namespace ncclinsp::sim::job;
 
 bool parse_window(const std::string& s, window& w) {
   const auto dash = s.find('-');
@@ -110,187 +59,12 @@ bool parse_window(const std::string& s, window& w) {
   return w.t1 > w.t0 && w.t0 >= 0;
 }
 
-// ---- workload model ---------------------------------------------------------------------------
-enum class comm_kind : std::uint8_t { tp, fsdp, dp, pp };
-constexpr const char* kind_name(comm_kind k) {
-  switch (k) {
-    case comm_kind::tp: return "tp";
-    case comm_kind::fsdp: return "fsdp";
-    case comm_kind::dp: return "dp";
-    case comm_kind::pp: return "pp";
-  }
-  return "?";
-}
-
-constexpr double nvlink_busbw = 360e9;   // bytes/s
-constexpr double network_busbw = 45e9;   // bytes/s per GPU
-constexpr double nvlink_latency = 8e-6;  // s
-constexpr double network_latency = 20e-6;
-constexpr double jitter_frac = 0.02;
-constexpr double nominal_tflops = 310.0;
-constexpr double degraded_tflops = 268.0;  // at --net-degrade 50
-
-struct sim_op {
-  comm_kind comm;
-  nccl_func func;
-  nccl_dtype dtype;
-  std::size_t bytes;  ///< per-rank payload bytes (AG: send, RS: recv, AR: buffer, P2P: message)
-  const char* algo;
-  const char* proto;
-  std::uint8_t n_channels;
-  int channel_lo = -1;
-  std::uint64_t tag = 0;
-  bool sym = false;
-  bool ce = false;
-  int p2p_dir = 0;  ///< +1 send to next node, -1 recv from previous node
-};
-struct sim_group {
-  double compute_frac;  ///< share of the step's compute time before this group
-  std::vector<sim_op> ops;
-  bool first_step_only = false;
-};
-
-std::vector<sim_group> build_program(const options& o) {
-  const std::size_t ag = 32 * mib, ar_tp = 32 * mib, ar_dp = 128 * mib;
-  auto tag = [&](u64 t) { return o.user_tags ? t : 0; };
-  std::vector<sim_group> g;
-  g.push_back({0.0, {{comm_kind::fsdp, nccl_func::broadcast, nccl_dtype::bfloat16, 4096, "RING", "LL", 1, -1, tag(9)}}, true});
-  g.push_back({0.10, {{comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)},
-                      {comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)}}});
-  g.push_back({0.15, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
-  {
-    sim_op small{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, 1 * mib, "RING", "LL", 2, -1, tag(2)};
-    small.sym = o.sym_kernels;
-    g.push_back({0.15, {small}});
-  }
-  if (o.nodes > 1) {
-    sim_op send{comm_kind::pp, nccl_func::send, nccl_dtype::bfloat16, 8 * mib, "", "", 2, -1};
-    send.p2p_dir = +1;
-    sim_op recv{comm_kind::pp, nccl_func::recv, nccl_dtype::bfloat16, 8 * mib, "", "", 2, -1};
-    recv.p2p_dir = -1;
-    g.push_back({0.05, {send, recv}});
-  }
-  g.push_back({0.25, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
-  g.push_back({0.15, {{comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)},
-                      {comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)}}});
-  if (o.nodes > 1)
-    g.push_back({0.10, {{comm_kind::dp, nccl_func::all_reduce, nccl_dtype::float32, ar_dp, "TREE", "SIMPLE", 16, -1, tag(4)}}});
-  g.push_back({0.05, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::uint8, 128 * 1024, "RING", "LL", 1, -1, tag(5)}}});
-  if (o.ce_colls) {
-    sim_op ce{comm_kind::tp, nccl_func::all_gather, nccl_dtype::bfloat16, 1 * mib, "", "", 0, -1, tag(6)};
-    ce.ce = true;
-    g.push_back({0.0, {ce}});
-  }
-  // Drop ops whose communicator would have one rank (NCCL emits nothing for nRanks == 1).
-  for (auto& grp : g)
-    std::erase_if(grp.ops, [&](const sim_op& op) {
-      const int n = op.comm == comm_kind::tp ? o.gpus : op.comm == comm_kind::fsdp ? o.nodes * o.gpus : o.nodes;
-      return n < 2;
-    });
-  std::erase_if(g, [](const sim_group& grp) { return grp.ops.empty(); });
-  return g;
-}
-
-int comm_size(const options& o, comm_kind k) {
-  switch (k) {
-    case comm_kind::tp: return o.gpus;
-    case comm_kind::fsdp: return o.nodes * o.gpus;
-    case comm_kind::dp: case comm_kind::pp: return o.nodes;
-  }
-  return 1;
-}
-bool comm_network(const options& o, comm_kind k) { return k != comm_kind::tp && o.nodes > 1; }
-
-/// nccl-tests: S (the "size") and the bus factor.
-struct traffic { double size_bytes; double factor; };
-traffic traffic_of(const sim_op& op, int n) {
-  switch (op.func) {
-    case nccl_func::all_reduce: return {double(op.bytes), 2.0 * (n - 1) / n};
-    case nccl_func::all_gather: case nccl_func::reduce_scatter: return {double(op.bytes) * n, double(n - 1) / n};
-    default: return {double(op.bytes), 1.0};
-  }
-}
-
-struct model {
-  const options& o;
-  std::vector<sim_group> program;
-  double compute_s = 0;       // per step
-  double flop_per_step = 0;   // per GPU
-  double nominal_step_s = 0;
-
-  explicit model(const options& opt) : o(opt), program(build_program(opt)) {
-    double e_net_xfer = 0, e_total = 0;
-    for (const auto& g : program) {
-      if (g.first_step_only) continue;
-      for (const auto& op : g.ops) {
-        if (op.ce) continue;
-        const double d = op_duration_max(op, -1.0);
-        e_total += d;
-        if (comm_network(o, op.comm)) e_net_xfer += d - network_latency;
-      }
-    }
-    // Calibration: halving network busbw adds ~e_net_xfer; make that the 310 -> 268 drop.
-    double t0 = e_net_xfer > 0 ? e_net_xfer / (nominal_tflops / degraded_tflops - 1.0) : e_total * 5;
-    if (t0 < e_total * 1.3) t0 = e_total * 1.3;  // keep compute dominant even without network comms
-    nominal_step_s = t0;
-    compute_s = t0 - e_total;
-    flop_per_step = nominal_tflops * 1e12 * t0;
-  }
-
-  double base_busbw(comm_kind k) const { return comm_network(o, k) ? network_busbw : nvlink_busbw; }
-  double latency(comm_kind k) const { return comm_network(o, k) ? network_latency : nvlink_latency; }
-
-  /// Bus-bandwidth factor of a rank on `node` at sim time t (1 = nominal). node < 0: the job's worst.
-  double bw_factor(comm_kind k, int node, double t) const {
-    if (!comm_network(o, k)) return 1.0;
-    double f = 1.0;
-    for (const auto& d : o.degrades)
-      if (d.w.active(t)) f *= 1.0 - d.pct / 100.0;
-    for (const auto& s : o.slows)
-      if (s.w.active(t)) f *= (node < 0 || node == s.node) ? 1.0 - s.pct / 100.0 : 1.0 - s.pct / 400.0;
-    return std::max(f, 0.01);
-  }
-
-  double op_duration(const sim_op& op, double factor, double jitter) const {
-    const traffic tr = traffic_of(op, comm_size(o, op.comm));
-    return latency(op.comm) + tr.size_bytes * tr.factor / (base_busbw(op.comm) * factor) * (1.0 + jitter);
-  }
-  /// Synchronised duration (everyone waits for the slowest rank, jitter upper bound).
-  double op_duration_max(const sim_op& op, double t) const {
-    return op_duration(op, t < 0 ? 1.0 : bw_factor(op.comm, -1, t), jitter_frac);
-  }
-  /// Expected busbw as the plugin measures it (bus bytes / kernel time), no jitter.
-  double busbw_gbs(const sim_op& op, double factor) const {
-    const traffic tr = traffic_of(op, comm_size(o, op.comm));
-    return tr.size_bytes * tr.factor / op_duration(op, factor, 0.0) / 1e9;
-  }
-  /// Compute time of a step (+-0.5% noise per step).
-  double step_compute(u64 step) const { return compute_s * (1.0 + 0.005 * unit_jitter(mix(o.seed, step))); }
-  /// Share of the compute not placed before a group (runs after the last group).
-  double tail_compute_frac() const {
-    double f = 0;
-    for (const auto& g : program) f += g.compute_frac;
-    return std::max(0.0, 1.0 - f);
-  }
-  /// Step time starting at sim time t (all ranks synchronised). Same schedule as the rank threads use.
-  double step_time(double t, u64 step) const {
-    const double c = step_compute(step);
-    double cur = t;
-    for (const auto& g : program) {
-      if (g.first_step_only && step != 0) continue;
-      cur += c * g.compute_frac;
-      for (const auto& op : g.ops)
-        if (!op.ce) cur += op_duration_max(op, cur);
-    }
-    return cur + c * tail_compute_frac() - t;
-  }
-};
-
 // ---- SPSC queue user thread -> proxy thread --------------------------------------------------
 struct proxy_item {
   pending_op op;
   int comm = 0;
-  u64 start_ns = 0, stop_ns = 0;  // simulated ns
+  u64 start_ns = 0, stop_ns = 0;  // simulated ns: this rank's kernel start, the op's last channel stop
+  std::array<u64, max_channels> ch_stop{};  // per channel index
   bool start_only = false;
   bool pxn = false;
   bool quit = false;
@@ -415,42 +189,28 @@ struct node_runner {
     while (!r.q.push(it)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
-  std::optional<double> hang_time(int global) const {
-    std::optional<double> t;
-    for (const auto& h : o.hangs)
-      if (h.rank == global && (!t || h.t < *t)) t = h.t;
-    return t;
-  }
-
   void user_thread(rank_state& r) {
     bind_device(r.node, r.local);
-    const auto hang_at = hang_time(r.global);
-    double t = 0;
+    timeline tl(m);  // the whole job's coupled timeline, computed identically by every rank
     std::vector<op_desc> descs;
-    std::vector<pending_op> pend;
-    std::vector<sim_op> ops;
+    std::vector<pending_op> pend(8);
     descs.reserve(8);
-    pend.resize(8);
     bool hung = false;
-    for (u64 step = 0; !stop.load(); ++step) {
-      if (o.steps > 0 ? step >= u64(o.steps) : t >= o.duration) break;
-      const double step_len = m.step_time(t, step);
-      const double compute = m.step_compute(step);
-      double cur = t;
-      for (const auto& g : m.program) {
-        if (g.first_step_only && step != 0) continue;
-        cur += compute * g.compute_frac;
-        ops.clear();
-        for (const auto& op : g.ops) {
-          if (op.comm == comm_kind::pp && ((op.p2p_dir > 0 && r.node == o.nodes - 1) || (op.p2p_dir < 0 && r.node == 0)))
-            continue;  // pipeline ends
-          ops.push_back(op);
-        }
-        if (ops.empty()) continue;
-        // Ops of a group go to their communicator; all ops of a sim group share one communicator.
-        comm_driver& c = *r.comms[std::size_t(ops.front().comm)];
+    for (u64 step = 0; !stop.load() && !hung; ++step) {
+      if (o.steps > 0 ? step >= u64(o.steps) : tl.job_now() >= o.duration) break;
+      if (tl.blocked(r.global)) break;
+      const double begin = tl.now(r.global);
+      tl.step(step);
+      const auto& mine = tl.ops(r.global);
+      for (std::size_t i = 0; i < mine.size() && !hung;) {
+        std::size_t e = i;
+        while (e < mine.size() && mine[e].group == mine[i].group) ++e;
+        const sim_group& g = m.program[std::size_t(mine[i].group)];
+        const comm_kind k = g.ops[std::size_t(mine[i].op)].comm;
+        comm_driver& c = *r.comms[std::size_t(k)];
         descs.clear();
-        for (const auto& op : ops) {
+        for (std::size_t x = i; x < e; ++x) {
+          const sim_op& op = g.ops[std::size_t(mine[x].op)];
           op_desc d;
           d.kind = op.ce ? op_kind::ce_coll : (op.p2p_dir ? op_kind::p2p : op_kind::coll);
           d.func = op.func;
@@ -470,42 +230,41 @@ struct node_runner {
           }
           descs.push_back(d);
         }
-        clk.wait_until(cur, stop);
+        clk.wait_until(mine[i].start, stop);
         if (stop.load()) break;
-        if (hang_at && cur >= *hang_at) {
-          // The op starts (Coll start + KernelCh start) and never completes; the rank issues nothing more.
-          c.enqueue(std::span<const op_desc>(descs.data(), 1), std::span<pending_op>(pend.data(), 1));
-          proxy_item it;
-          it.op = pend[0];
-          it.comm = int(ops.front().comm);
-          it.start_ns = clk.gpu_ns(cur);
-          it.start_only = true;
-          push(r, it);
-          hung = true;
-          break;
-        }
         c.enqueue(std::span<const op_desc>(descs), std::span<pending_op>(pend.data(), descs.size()));
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          const double f = m.bw_factor(ops[i].comm, r.node, cur);
-          const double j = jitter_frac * unit_jitter(mix(mix(o.seed, step), mix(u64(r.global), u64(&g - m.program.data()) * 16 + i)));
-          const double d = m.op_duration(ops[i], f, j);
+        for (std::size_t x = i; x < e; ++x) {
+          const rank_op& ro = mine[x];
+          const sim_op& op = g.ops[std::size_t(ro.op)];
           proxy_item it;
-          it.op = pend[i];
-          it.comm = int(ops[i].comm);
-          it.start_ns = clk.gpu_ns(cur);
-          it.stop_ns = clk.gpu_ns(cur + d);
-          it.pxn = o.pxn && i == 0 && comm_network(o, ops[i].comm);
+          it.op = pend[x - i];
+          it.comm = int(op.comm);
+          it.start_ns = clk.gpu_ns(ro.start);
+          if (ro.hung) {
+            it.start_only = true;  // the kernel starts and never ends (NCCL's peers spin in it)
+            hung = true;
+          } else {
+            it.stop_ns = clk.gpu_ns(ro.end);
+            for (std::size_t ch = 0; ch < max_channels; ++ch) {
+              it.ch_stop[ch] = clk.gpu_ns(ro.ch_stop[ch]);
+              it.stop_ns = std::max(it.stop_ns, it.ch_stop[ch]);
+            }
+            it.pxn = o.pxn && x == i && comm_network(o, op.comm);
+          }
           push(r, it);
-          if (!ops[i].ce) cur += m.op_duration_max(ops[i], cur);  // synchronised: the slowest rank
         }
+        i = e;
       }
-      if (hung) break;
-      t += step_len;
-      clk.wait_until(t, stop);
-      r.tflops.store(m.flop_per_step / step_len / 1e12);
+      if (hung || stop.load()) break;
+      const double len = tl.now(r.global) - begin;
+      clk.wait_until(tl.now(r.global), stop);
+      r.tflops.store(len > 0 ? m.flop_per_step / len / 1e12 : 0.0);
       r.steps.fetch_add(1);
     }
+    // A blocked rank stays blocked until the job ends (its process is alive, its kernel spins).
+    if (hung) clk.wait_until(o.end_time(m.nominal_step_s), stop);
     if (o.purge_inflight && !hung) {
+      const double t = tl.now(r.global);
       // NCCL 2.31: ops still in flight at comm destroy are purged without callbacks (KernelCh start, no stop).
       for (comm_kind k : {comm_kind::fsdp, comm_kind::tp}) {
         if (!r.comms[std::size_t(k)]) continue;
@@ -529,7 +288,7 @@ struct node_runner {
   void proxy_thread(rank_state& r) {
     bind_device(r.node, r.local);
     proxy_item it;
-    kernel_time times[64];
+    kernel_time times[max_channels];
     for (;;) {
       if (!r.q.pop(it)) {
         std::this_thread::sleep_for(std::chrono::microseconds(o.speed > 0 ? 200 : 20));
@@ -543,11 +302,10 @@ struct node_runner {
         continue;
       }
       clk.wait_until(double(it.stop_ns - clk.base_ns) / 1e9, stop);
-      const int n = std::min<int>(it.op.n_channels, 64);
-      for (int ch = 0; ch < n; ++ch) {
-        const u64 h = mix(it.start_ns, u64(ch));
-        times[ch].start_ns = it.start_ns + (h % 700);
-        times[ch].stop_ns = it.stop_ns - ((h >> 20) % 700);
+      const int n = std::min<int>(it.op.n_channels, int(max_channels));
+      for (int ch = 0; ch < n; ++ch) {  // channels start a few hundred ns apart (block scheduling)
+        times[ch].start_ns = it.start_ns + (mix(it.start_ns, u64(ch)) % 700);
+        times[ch].stop_ns = std::max(it.ch_stop[std::size_t(ch)], times[ch].start_ns + 1);
       }
       c.complete(it.op, std::span<const kernel_time>(times, std::size_t(n > 0 ? n : 1)));
       if (it.pxn) c.foreign_proxy_op(pid_t(::getpid() + 100000), 0, 0, 0);
@@ -650,79 +408,96 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+std::string fault_json(const options& o, const fault& f) {
+  std::ostringstream j;
+  j.precision(6);
+  j << "{\"kind\": \"" << fault_name(f.kind) << "\"";
+  if (f.node >= 0) j << ", \"node\": " << f.node << ", \"node_name\": \"" << json_escape(o.node_prefix + std::to_string(f.node)) << "\"";
+  if (f.nic >= 0) j << ", \"nic\": " << f.nic;
+  if (f.rank >= 0)
+    j << ", \"rank\": " << f.rank << ", \"node\": " << f.rank / o.gpus << ", \"node_name\": \""
+      << json_escape(o.node_prefix + std::to_string(f.rank / o.gpus)) << "\", \"ms\": " << f.ms;
+  else
+    j << ", \"pct\": " << f.pct;
+  j << ", \"t0\": " << f.w.t0 << ", \"t1\": " << f.w.t1 << ", \"random\": " << (f.random ? "true" : "false") << "}";
+  return j.str();
+}
+
 void write_summary(const options& o, const model& m, const std::string& path) {
   std::ostringstream j;
   j.precision(6);
   j << "{\n  \"config\": {\"plugin\": \"" << json_escape(o.plugin) << "\", \"abi\": " << o.abi << ", \"nodes\": " << o.nodes
-    << ", \"gpus\": " << o.gpus << ", \"duration_s\": " << o.duration << ", \"steps\": " << o.steps
+    << ", \"gpus\": " << o.gpus << ", \"nics\": " << o.nic_count() << ", \"duration_s\": " << o.duration << ", \"steps\": " << o.steps
     << ", \"speed\": " << o.speed << ", \"node_prefix\": \"" << json_escape(o.node_prefix) << "\", \"seed\": " << o.seed
+    << ", \"launch_jitter_us\": " << o.launch_jitter_us
     << ", \"nvlink_busbw_gbs\": " << nvlink_busbw / 1e9 << ", \"network_busbw_gbs\": " << network_busbw / 1e9
     << ", \"nominal_step_s\": " << m.nominal_step_s << ", \"compute_s\": " << m.compute_s
     << ", \"flop_per_step_per_gpu\": " << m.flop_per_step << "},\n";
-  j << "  \"faults\": {\"net_degrade\": [";
-  for (std::size_t i = 0; i < o.degrades.size(); ++i)
-    j << (i ? ", " : "") << "{\"pct\": " << o.degrades[i].pct << ", \"t0\": " << o.degrades[i].w.t0 << ", \"t1\": " << o.degrades[i].w.t1 << "}";
-  j << "], \"slow_host\": [";
-  for (std::size_t i = 0; i < o.slows.size(); ++i)
-    j << (i ? ", " : "") << "{\"node\": " << o.slows[i].node << ", \"node_name\": \"" << json_escape(o.node_prefix + std::to_string(o.slows[i].node))
-      << "\", \"pct\": " << o.slows[i].pct << ", \"t0\": " << o.slows[i].w.t0 << ", \"t1\": " << o.slows[i].w.t1 << "}";
-  j << "], \"hang_rank\": [";
+  // Per kind (the old keys net_degrade / slow_host / hang_rank kept), plus one list of every fault.
+  j << "  \"faults\": {";
+  for (fault_kind k : {fault_kind::net_degrade, fault_kind::slow_host, fault_kind::slow_nic, fault_kind::straggler,
+                       fault_kind::nvlink_degrade}) {
+    j << "\"" << fault_name(k) << "\": [";
+    bool f1 = true;
+    for (const auto& f : o.faults)
+      if (f.kind == k) j << (std::exchange(f1, false) ? "" : ", ") << fault_json(o, f);
+    j << "], ";
+  }
+  j << "\"hang_rank\": [";
   for (std::size_t i = 0; i < o.hangs.size(); ++i)
     j << (i ? ", " : "") << "{\"rank\": " << o.hangs[i].rank << ", \"t\": " << o.hangs[i].t << "}";
-  j << "]},\n  \"busbw\": [\n";
+  j << "], \"all\": [";
+  for (std::size_t i = 0; i < o.faults.size(); ++i) j << (i ? ", " : "") << fault_json(o, o.faults[i]);
+  j << "]},\n";
+  const auto rf = std::find_if(o.faults.begin(), o.faults.end(), [](const fault& f) { return f.random; });
+  j << "  \"random_fault\": " << (rf == o.faults.end() ? std::string("null") : fault_json(o, *rf)) << ",\n";
+  j << "  \"busbw\": [\n";
   bool first = true;
   std::vector<std::string> seen;
   for (const auto& g : m.program)
-    for (const auto& op : g.ops) {
+    for (std::size_t oi = 0; oi < g.ops.size(); ++oi) {
+      const sim_op& op = g.ops[oi];
       if (op.ce) continue;
       const std::string key = std::string(kind_name(op.comm)) + func_name(op.func) + std::to_string(op.bytes);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(key);
       const int n = comm_size(o, op.comm);
+      const bool first_of_group = oi == 0 || op.p2p_dir != 0;
       j << (first ? "" : ",\n") << "    {\"comm\": \"" << kind_name(op.comm) << "\", \"collective\": \"" << func_name(op.func)
         << "\", \"nranks\": " << n << ", \"n_nodes\": " << (comm_network(o, op.comm) ? o.nodes : 1)
         << ", \"network\": " << (comm_network(o, op.comm) ? "true" : "false") << ", \"bytes_per_rank\": " << op.bytes
         << ", \"algo\": \"" << (op.sym ? "AGxLL_R" : op.algo) << "\", \"proto\": \"" << (op.sym ? "" : op.proto)
         << "\", \"n_channels\": " << int(op.n_channels) << ", \"model_busbw_gbs\": " << m.base_busbw(op.comm) / 1e9
-        << ", \"nominal_busbw_gbs\": " << m.busbw_gbs(op, 1.0) << ", \"degraded\": [";
+        << ", \"nominal_busbw_gbs\": " << m.busbw_gbs(op, 1.0, first_of_group) << ", \"degraded\": [";
+      // Every rank of an op measures the same pace (its slowest channel): one value per fault window.
       bool f2 = true;
-      for (const auto& d : o.degrades) {
-        const double fac = comm_network(o, op.comm) ? 1.0 - d.pct / 100.0 : 1.0;
-        j << (f2 ? "" : ", ") << "{\"fault\": \"net_degrade\", \"t0\": " << d.w.t0 << ", \"t1\": " << d.w.t1
-          << ", \"busbw_gbs\": " << m.busbw_gbs(op, fac) << "}";
-        f2 = false;
-      }
-      for (const auto& s : o.slows) {
-        const bool net = comm_network(o, op.comm);
-        j << (f2 ? "" : ", ") << "{\"fault\": \"slow_host\", \"node\": " << s.node << ", \"t0\": " << s.w.t0 << ", \"t1\": " << s.w.t1
-          << ", \"slow_node_busbw_gbs\": " << m.busbw_gbs(op, net ? 1.0 - s.pct / 100.0 : 1.0)
-          << ", \"other_nodes_busbw_gbs\": " << m.busbw_gbs(op, net ? 1.0 - s.pct / 400.0 : 1.0) << "}";
-        f2 = false;
+      for (const auto& f : o.faults) {
+        const double mid = (f.w.t0 + std::min(f.w.t1, std::max(f.w.t0, o.end_time(m.nominal_step_s)))) / 2;
+        j << (std::exchange(f2, false) ? "" : ", ") << "{\"fault\": \"" << fault_name(f.kind) << "\", \"t0\": " << f.w.t0
+          << ", \"t1\": " << f.w.t1 << ", \"busbw_gbs\": " << m.busbw_gbs(op, m.worst_factor(op.comm, op.n_channels, mid), first_of_group)
+          << "}";
       }
       j << "]}";
       first = false;
     }
   j << "\n  ],\n  \"phases\": [\n";
   std::vector<double> cuts{0.0};
-  for (const auto& d : o.degrades) { cuts.push_back(d.w.t0); cuts.push_back(d.w.t1); }
-  for (const auto& s : o.slows) { cuts.push_back(s.w.t0); cuts.push_back(s.w.t1); }
-  const double end = o.duration > 0 ? o.duration : o.steps * m.nominal_step_s;
+  for (const auto& f : o.faults) { cuts.push_back(f.w.t0); cuts.push_back(f.w.t1); }
+  const double end = o.end_time(m.nominal_step_s);
   cuts.push_back(std::max(end, 0.0));
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   first = true;
   for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
     if (cuts[i] >= end) break;
-    const double mid = (cuts[i] + cuts[i + 1]) / 2;
-    double st = m.compute_s;
-    for (const auto& g : m.program)
-      if (!g.first_step_only)
-        for (const auto& op : g.ops)
-          if (!op.ce) st += m.op_duration_max(op, mid);
+    const double t1 = std::min(cuts[i + 1], end);
+    const double mid = (cuts[i] + t1) / 2;
+    const double st = m.expected_step(mid);
     std::string active;
-    for (const auto& d : o.degrades) if (d.w.active(mid)) active += std::string(active.empty() ? "" : ",") + "net_degrade";
-    for (const auto& s : o.slows) if (s.w.active(mid)) active += std::string(active.empty() ? "" : ",") + "slow_host";
-    j << (first ? "" : ",\n") << "    {\"t0\": " << cuts[i] << ", \"t1\": " << cuts[i + 1] << ", \"faults\": \""
+    for (const auto& f : o.faults)
+      if (f.w.active(mid) && active.find(fault_name(f.kind)) == std::string::npos)
+        active += std::string(active.empty() ? "" : ",") + fault_name(f.kind);
+    j << (first ? "" : ",\n") << "    {\"t0\": " << cuts[i] << ", \"t1\": " << t1 << ", \"faults\": \""
       << (active.empty() ? "none" : active) << "\", \"step_s\": " << st << ", \"tflops\": " << m.flop_per_step / st / 1e12 << "}";
     first = false;
   }
@@ -793,36 +568,86 @@ int main(int argc, char** argv) {
   app.add_option("--mask-override", o.mask_override, "RAS: after each init set the global mask to this value (e.g. 65535)");
   app.add_option("--seed", o.seed, "jitter / hash seed");
   app.add_flag("-v,--verbose", o.verbose, "print the plugin's INFO logs");
-  std::vector<std::string> degr, slow, hangs;
-  app.add_option("--net-degrade", degr, "PCT@T0-T1: network busbw x (1-PCT/100) for comms with n_nodes>1");
-  app.add_option("--slow-host", slow, "NODE:PCT@T0-T1: that node's network busbw reduced by PCT");
-  app.add_option("--hang-rank", hangs, "R@T: global rank R hangs at simulated time T");
+  std::vector<std::string> degr, slow, nic, strag, nvl, hangs;
+  std::optional<u64> random_seed;
+  app.add_option("--nics", o.nics, "NICs per node (default: one per GPU); channels are spread over them")->check(CLI::Range(0, 64));
+  app.add_option("--launch-jitter-us", o.launch_jitter_us, "each rank launches each op group up to this much later (uniform)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--net-degrade", degr, "PCT@T0-T1: the fabric: every NIC's bandwidth x (1-PCT/100)");
+  app.add_option("--slow-host", slow, "NODE:PCT@T0-T1: all NICs of that node (index or name) at (1-PCT/100)");
+  app.add_option("--slow-nic", nic, "NODE:NIC:PCT@T0-T1: one NIC of that node at (1-PCT/100)");
+  app.add_option("--straggler", strag, "RANK:MS@T0-T1: that global rank launches every op MS later");
+  app.add_option("--nvlink-degrade", nvl, "NODE:PCT@T0-T1: that node's NVLink bandwidth x (1-PCT/100)");
+  app.add_option("--random-fault", random_seed, "SEED: one fault of a random kind, culprit, size (10-50%) and onset");
+  app.add_option("--hang-rank", hangs, "R@T: global rank R's first op at/after T never completes; its peers block in it");
   app.add_option("--node-index", o.node_index)->group("");
   app.add_option("--start-wall-ns", o.start_wall_ns)->group("");
   CLI11_PARSE(app, argc, argv);
 
-  for (const auto& s : degr) {
-    net_degrade d;
+  // "A:B:PCT@T0-T1": the fields before '@' split at ':'; want = how many.
+  auto parse_fault = [&](const std::string& flag, const std::string& s, std::size_t want, std::vector<std::string>& f,
+                         window& w) {
     const auto at = s.find('@');
-    if (at == std::string::npos || !parse_window(s.substr(at + 1), d.w)) return std::fprintf(stderr, "bad --net-degrade %s\n", s.c_str()), 1;
-    d.pct = std::atof(s.substr(0, at).c_str());
-    if (d.pct < 0 || d.pct >= 100) return std::fprintf(stderr, "bad --net-degrade percentage %s\n", s.c_str()), 1;
-    o.degrades.push_back(d);
+    f.clear();
+    if (at == std::string::npos || !parse_window(s.substr(at + 1), w)) return false;
+    std::string head = s.substr(0, at);
+    for (std::size_t p; (p = head.find(':')) != std::string::npos; head = head.substr(p + 1)) f.push_back(head.substr(0, p));
+    f.push_back(head);
+    if (f.size() != want) return std::fprintf(stderr, "bad %s %s\n", flag.c_str(), s.c_str()), false;
+    return true;
+  };
+  auto number = [](const std::string& s, double lo, double hi, double& v) {
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    return !s.empty() && end && *end == 0 && v >= lo && v < hi;
+  };
+  // NODE is an index or a node name (<prefix><index>, e.g. node1).
+  auto node_of = [&](std::string n, int& v) {
+    if (n.rfind(o.node_prefix, 0) == 0 && n.size() > o.node_prefix.size()) n = n.substr(o.node_prefix.size());
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::atoi(n.c_str());
+    return v >= 0 && v < o.nodes;
+  };
+  std::vector<std::string> fs_;
+  for (const auto& s : degr) {
+    fault f;
+    f.kind = fault_kind::net_degrade;
+    if (!parse_fault("--net-degrade", s, 1, fs_, f.w) || !number(fs_[0], 0, 100, f.pct))
+      return std::fprintf(stderr, "bad --net-degrade %s (PCT@T0-T1, 0 <= PCT < 100)\n", s.c_str()), 1;
+    o.faults.push_back(f);
   }
   for (const auto& s : slow) {
-    slow_host h;
-    const auto colon = s.find(':'), at = s.find('@');
-    if (colon == std::string::npos || at == std::string::npos || at < colon || !parse_window(s.substr(at + 1), h.w))
-      return std::fprintf(stderr, "bad --slow-host %s\n", s.c_str()), 1;
-    // NODE is an index or a node name (<prefix><index>, e.g. node1).
-    std::string node = s.substr(0, colon);
-    if (node.rfind(o.node_prefix, 0) == 0 && node.size() > o.node_prefix.size()) node = node.substr(o.node_prefix.size());
-    if (node.empty() || node.find_first_not_of("0123456789") != std::string::npos)
-      return std::fprintf(stderr, "bad --slow-host %s: NODE must be an index or %s<index>\n", s.c_str(), o.node_prefix.c_str()), 1;
-    h.node = std::atoi(node.c_str());
-    h.pct = std::atof(s.substr(colon + 1, at - colon - 1).c_str());
-    if (h.node < 0 || h.node >= o.nodes || h.pct < 0 || h.pct >= 100) return std::fprintf(stderr, "bad --slow-host %s\n", s.c_str()), 1;
-    o.slows.push_back(h);
+    fault f;
+    f.kind = fault_kind::slow_host;
+    if (!parse_fault("--slow-host", s, 2, fs_, f.w) || !node_of(fs_[0], f.node) || !number(fs_[1], 0, 100, f.pct))
+      return std::fprintf(stderr, "bad --slow-host %s: NODE:PCT@T0-T1, NODE an index or %s<index>\n", s.c_str(), o.node_prefix.c_str()), 1;
+    o.faults.push_back(f);
+  }
+  for (const auto& s : nic) {
+    fault f;
+    f.kind = fault_kind::slow_nic;
+    double n = 0;
+    if (!parse_fault("--slow-nic", s, 3, fs_, f.w) || !node_of(fs_[0], f.node) || !number(fs_[1], 0, o.nic_count(), n) ||
+        !number(fs_[2], 0, 100, f.pct))
+      return std::fprintf(stderr, "bad --slow-nic %s: NODE:NIC:PCT@T0-T1, NIC < %d\n", s.c_str(), o.nic_count()), 1;
+    f.nic = int(n);
+    o.faults.push_back(f);
+  }
+  for (const auto& s : strag) {
+    fault f;
+    f.kind = fault_kind::straggler;
+    double r = 0;
+    if (!parse_fault("--straggler", s, 2, fs_, f.w) || !number(fs_[0], 0, o.nodes * o.gpus, r) || !number(fs_[1], 0, 1e6, f.ms))
+      return std::fprintf(stderr, "bad --straggler %s: RANK:MS@T0-T1\n", s.c_str()), 1;
+    f.rank = int(r);
+    o.faults.push_back(f);
+  }
+  for (const auto& s : nvl) {
+    fault f;
+    f.kind = fault_kind::nvlink_degrade;
+    if (!parse_fault("--nvlink-degrade", s, 2, fs_, f.w) || !node_of(fs_[0], f.node) || !number(fs_[1], 0, 100, f.pct))
+      return std::fprintf(stderr, "bad --nvlink-degrade %s: NODE:PCT@T0-T1\n", s.c_str()), 1;
+    o.faults.push_back(f);
   }
   for (const auto& s : hangs) {
     hang h;
@@ -834,6 +659,17 @@ int main(int argc, char** argv) {
     o.hangs.push_back(h);
   }
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
+  if (random_seed) {
+    const model nominal(o);
+    fault f = random_fault(*random_seed, o, o.end_time(nominal.nominal_step_s));
+    // A straggler late by 10-50 % of the exposed communication of a step, spread over its op groups.
+    if (f.kind == fault_kind::straggler) {
+      std::size_t groups = 0;
+      for (const auto& g : nominal.program) groups += g.first_step_only ? 0 : 1;
+      f.ms = 1e3 * (nominal.nominal_step_s - nominal.compute_s) * f.pct / 100.0 / double(std::max<std::size_t>(groups, 1));
+    }
+    o.faults.push_back(f);
+  }
   logger_verbose().store(o.verbose);
   if (o.cuda_driver.empty()) o.cuda_driver = default_cuda_driver();
   if (o.prom) {
