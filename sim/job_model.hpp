@@ -148,7 +148,7 @@ inline constexpr double jitter_frac = 0.02;
 inline constexpr double nominal_tflops = 310.0;
 inline constexpr double degraded_tflops = 268.0;  // at --net-degrade 50
 inline constexpr std::size_t max_channels = 16;
-inline constexpr int chunk_bytes = 1 << 19;       // proxyOp.chunkSize
+inline constexpr int chunk_bytes = 1 << 19;       // NCCL step size (SIMPLE, 4 MiB buffer / 8 steps)
 
 struct sim_op {
   comm_kind comm;
@@ -364,6 +364,8 @@ struct rank_op {
   int group = 0, op = 0;  ///< indices into model::program
   double start = 0;       ///< this rank's kernel start (its own arrival), s
   double end = 0;         ///< the op's common end (slowest channel), s
+  double t0 = 0;          ///< the op's data flow start (its last member's arrival), s
+  std::array<double, max_channels> ch_end{};   ///< each channel's common end, s
   std::array<double, max_channels> ch_stop{};  ///< this rank's KernelCh stop per channel index
   bool hung = false;      ///< started, never completes
 };
@@ -380,12 +382,16 @@ class timeline {
  public:
   explicit timeline(const model& m)
       : m_(m), n_(m.o.nodes * m.o.gpus), cur_(std::size_t(n_), 0.0), arr_(std::size_t(n_), 0.0),
-        blocked_(std::size_t(n_), 0), ops_(std::size_t(n_)) {}
+        blocked_(std::size_t(n_), 0), ops_(std::size_t(n_)),
+        arrivals_(m.program.size(), std::vector<double>(std::size_t(n_), 0.0)) {}
 
   int ranks() const noexcept { return n_; }
   bool blocked(int r) const noexcept { return blocked_[std::size_t(r)] != 0; }
   double now(int r) const noexcept { return cur_[std::size_t(r)]; }
   const std::vector<rank_op>& ops(int r) const noexcept { return ops_[std::size_t(r)]; }
+  /// Rank r's launch time of group g in the last step (valid where r took part in g).
+  double arrival(int g, int r) const noexcept { return arrivals_[std::size_t(g)][std::size_t(r)]; }
+  const model& the_model() const noexcept { return m_; }
   /// The job's clock, the same for every rank: the earliest unblocked rank's time (the latest if all blocked).
   double job_now() const noexcept {
     double lo = 1e300, hi = 0;
@@ -409,6 +415,7 @@ class timeline {
         const double t = cur_[std::size_t(r)] + c * g.compute_frac;
         arr_[std::size_t(r)] = t + m_.jitter_s() * unit01(mix(mix(o.seed, s), u64(gi) * 65536 + u64(r))) + m_.straggle(r, t);
       }
+      arrivals_[gi] = arr_;
       const bool ce_only = std::all_of(g.ops.begin(), g.ops.end(), [](const sim_op& op) { return op.ce; });
       const comm_kind k = g.ops.front().comm;
       if (ce_only) {
@@ -519,6 +526,8 @@ class timeline {
         ro.op = int(oi);
         ro.start = oi == 0 ? arr_[std::size_t(r)] : t0;
         ro.end = end;
+        ro.t0 = t0;
+        ro.ch_end = ends;
         ro.ch_stop = ends;
         if (!op.ce) stops_for(r, s, gi, op, ro);
         ops_[std::size_t(r)].push_back(ro);
@@ -553,6 +562,8 @@ class timeline {
             newly[std::size_t(r)] = 1;
           } else {
             channel_ends(s, gi, oi, l, k, k + 1, t0, u64(a), ro.ch_stop, ro.end);
+            ro.t0 = t0;
+            ro.ch_end = ro.ch_stop;
             stops_for(r, s, gi, op, ro);
             done[std::size_t(r)] = std::max(done[std::size_t(r)], ro.end);
           }
@@ -575,6 +586,88 @@ class timeline {
   std::vector<double> cur_, arr_;
   std::vector<char> blocked_;
   std::vector<std::vector<rank_op>> ops_;
+  std::vector<std::vector<double>> arrivals_;
 };
+
+// ---- proxy steps ---------------------------------------------------------------------------------
+/// One network connection of an op on one rank: direction, peer (global rank, and its rank in the comm),
+/// and the nodes at both ends of the wire.
+struct connection { bool is_send; int peer_global; int peer_comm_rank; int channel; };
+
+/// This rank's network connections for op `op` (NCCL creates ProxyOps for network transports only):
+/// fsdp ring channel c crosses nodes at the GPU next to its NIC (c mod K): that GPU receives from the previous
+/// node and sends to the next; dp (tree, modelled as a ring over nodes) and pp cross on every channel.
+inline int connections(const model& m, const sim_op& op, int rank, connection* out, int cap) {
+  const options& o = m.o;
+  if (!comm_network(o, op.comm)) return 0;
+  const int G = o.gpus, N = o.nodes, node = rank / G, local = rank % G;
+  const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
+  int n = 0;
+  auto push = [&](bool send, int peer_node, int c) {
+    const int pg = peer_node * G + local;
+    if (n < cap) out[n++] = connection{send, pg, op.comm == comm_kind::fsdp ? pg : peer_node, c};
+  };
+  for (int c = 0; c < nch; ++c) {
+    if (op.comm == comm_kind::fsdp) {
+      const int K = o.nic_count();
+      if (m.nic_of(op.comm, local, c) * G / K != local) continue;
+    }
+    if (op.comm == comm_kind::pp) {
+      push(op.p2p_dir > 0, node + op.p2p_dir, c);
+      continue;
+    }
+    push(true, (node + 1) % N, c);
+    push(false, (node + N - 1) % N, c);
+  }
+  return n;
+}
+
+/// Step times of one connection (seconds). The op's channel data flows from t0 at the pace of its slowest edge
+/// (d per step, ending at the channel's end); this edge moves a step in x = d * pace / edge_factor <= d:
+///  send: posted at launch (all steps fit NCCL_STEPS); GPU has step k's chunk at a_s (k = 0) or when the
+///        ring's pace delivers it (T_k - x); the isend is accepted once the receiver has arrived and the wire is
+///        free; network completion x later;
+///  recv: posted at launch; data arrives when the sender's step completes; no GDR flush; the GPU consumes it
+///        within a small fraction of a step (not before this rank arrived).
+struct step_s { double post, ready, sent, done; };
+inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer, bool is_send,
+                      double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
+  const options& o = m.o;
+  const traffic tr = traffic_of(op, comm_size(o, op.comm));
+  const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
+  const double wire = tr.size_bytes * tr.factor / nch;
+  const int n = std::clamp(int((wire + chunk_bytes - 1) / chunk_bytes), 1, max_proxy_steps);
+  step_bytes = std::size_t(wire / n);
+  const int G = o.gpus, local = self % G;
+  const int src = (is_send ? self : peer) / G, dst = (is_send ? peer : self) / G;
+  const int ch = (op.channel_lo >= 0 ? op.channel_lo : 0) + channel;
+  const int nic = m.nic_of(op.comm, local, ch);
+  const double t0 = ro.t0, L = m.latency(op.comm);
+  const double d = std::max(0.0, ro.ch_end[std::size_t(channel)] - t0 - L) / n;
+  // The channel's pace (slowest edge) and this edge's own speed, at the op's start.
+  const int n0 = op.comm == comm_kind::pp ? std::min(src, dst) : 0;
+  const int n1 = op.comm == comm_kind::pp ? std::max(src, dst) : o.nodes - 1;
+  const double pace = m.channel_factor(op.comm, local, n0, n1, ch, t0);
+  const double edge = std::max(0.01, std::min(m.net_link(src, nic, t0), m.net_link(dst, nic, t0)));
+  const double x = d * std::min(1.0, pace / edge);
+  const double a_s = is_send ? a_self : a_peer, a_r = is_send ? a_peer : a_self;
+  double prev_done = 0, prev_consumed = 0;
+  for (int k = 0; k < n; ++k) {
+    const double tk = t0 + L + (k + 1) * d;  // the ring's pace delivers step k here
+    const double ready = k == 0 ? a_s : std::max(a_s, tk - x);
+    const double sent = std::max({ready, a_r, prev_done});
+    const double done = sent + x;
+    prev_done = done;
+    if (is_send) {
+      out[k] = step_s{a_s, ready, sent, done};
+    } else {
+      const double got = std::max(a_r, done);
+      const double consumed = std::max({got + 0.02 * d, prev_consumed, a_r});
+      prev_consumed = consumed;
+      out[k] = step_s{a_r, got, got, consumed};
+    }
+  }
+  return n;
+}
 
 }  // namespace ncclinsp::sim::job

@@ -23,6 +23,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,9 @@ struct proxy_item {
   int comm = 0;
   u64 start_ns = 0, stop_ns = 0;  // simulated ns: this rank's kernel start, the op's last channel stop
   std::array<u64, max_channels> ch_stop{};  // per channel index
+  std::array<proxy_plan, 32> plans{};       // this rank's network ProxyOps (when the mask asks for them)
+  int n_plans = 0;
+  bool group_last = true;                   // the last op of its group (the proxy thread emits a group at once)
   bool start_only = false;
   bool pxn = false;
   bool quit = false;
@@ -88,7 +92,7 @@ class spsc_queue {
   }
 
  private:
-  static constexpr std::size_t cap = 256;
+  static constexpr std::size_t cap = 64;
   std::array<proxy_item, cap> buf_{};
   alignas(64) std::atomic<std::size_t> head_{0};
   alignas(64) std::atomic<std::size_t> tail_{0};
@@ -98,8 +102,11 @@ class spsc_queue {
 using set_device_fn = void (*)(int, const unsigned char*);
 set_device_fn g_set_device = nullptr;
 
+/// Deterministic in (node, gpu) and, for --seed other than 1, the seed: two simulated jobs with different
+/// seeds sharing one output folder get different GPUs (the plugin names its .prom file after the UUID).
+u64 g_uuid_salt = 0;
 void gpu_uuid(int node, int gpu, unsigned char out[16]) {
-  const u64 a = mix(0x6e63636c696e7370ull, u64(node) * 4096 + u64(gpu));
+  const u64 a = mix(0x6e63636c696e7370ull, u64(node) * 4096 + u64(gpu)) ^ g_uuid_salt;
   const u64 b = splitmix(a);
   std::memcpy(out, &a, 8);
   std::memcpy(out + 8, &b, 8);
@@ -189,6 +196,28 @@ struct node_runner {
     while (!r.q.push(it)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
+  /// The rank's network ProxyOps of one op with their step times (job::connections / job::step_times).
+  void add_plans(const rank_state& r, const timeline& tl, const rank_op& ro, const sim_op& op, proxy_item& it) const {
+    connection conns[2 * max_channels];
+    const int nc = connections(m, op, r.global, conns, int(std::size(conns)));
+    step_s st[max_proxy_steps];
+    for (int i = 0; i < nc && it.n_plans < int(it.plans.size()); ++i) {
+      const connection& cn = conns[i];
+      const bool first = ro.op == 0 || op.p2p_dir != 0;
+      const double a_self = ro.start, a_peer = first ? tl.arrival(ro.group, cn.peer_global) : ro.t0;
+      proxy_plan& pl = it.plans[std::size_t(it.n_plans++)];
+      pl = proxy_plan{};
+      pl.channel = std::uint8_t(cn.channel);
+      pl.is_send = cn.is_send;
+      pl.peer = cn.peer_comm_rank;
+      pl.start = clk.gpu_ns(a_self);
+      pl.n_steps = step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st, pl.step_bytes);
+      for (int k = 0; k < pl.n_steps; ++k)
+        pl.steps[k] = proxy_step_times{clk.gpu_ns(st[k].post), clk.gpu_ns(st[k].ready), clk.gpu_ns(st[k].sent),
+                                       clk.gpu_ns(st[k].done)};
+    }
+  }
+
   void user_thread(rank_state& r) {
     bind_device(r.node, r.local);
     timeline tl(m);  // the whole job's coupled timeline, computed identically by every rank
@@ -250,7 +279,9 @@ struct node_runner {
               it.stop_ns = std::max(it.stop_ns, it.ch_stop[ch]);
             }
             it.pxn = o.pxn && x == i && comm_network(o, op.comm);
+            if (it.op.network && (it.op.mask & gate::proxy_op)) add_plans(r, tl, ro, op, it);
           }
+          it.group_last = x + 1 == e;
           push(r, it);
         }
         i = e;
@@ -287,9 +318,14 @@ struct node_runner {
 
   void proxy_thread(rank_state& r) {
     bind_device(r.node, r.local);
-    proxy_item it;
-    kernel_time times[max_channels];
+    // One group's ops at a time: their KernelCh and ProxyOp/ProxyStep events interleave in time.
+    std::array<proxy_item, 4> grp;
+    std::array<std::array<kernel_time, max_channels>, 4> times{};
+    std::array<timed_op, 4> timed{};
+    std::size_t n = 0;
+    auto wait = [this](u64 t) { clk.wait_until(double(t - clk.base_ns) / 1e9, stop); };
     for (;;) {
+      proxy_item& it = grp[n];
       if (!r.q.pop(it)) {
         std::this_thread::sleep_for(std::chrono::microseconds(o.speed > 0 ? 200 : 20));
         continue;
@@ -301,14 +337,21 @@ struct node_runner {
         c.start_only(it.op, it.start_ns);
         continue;
       }
-      clk.wait_until(double(it.stop_ns - clk.base_ns) / 1e9, stop);
-      const int n = std::min<int>(it.op.n_channels, int(max_channels));
-      for (int ch = 0; ch < n; ++ch) {  // channels start a few hundred ns apart (block scheduling)
-        times[ch].start_ns = it.start_ns + (mix(it.start_ns, u64(ch)) % 700);
-        times[ch].stop_ns = std::max(it.ch_stop[std::size_t(ch)], times[ch].start_ns + 1);
+      const int nch = std::min<int>(it.op.n_channels, int(max_channels));
+      for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
+        auto& kt = times[n][std::size_t(ch)];
+        kt.start_ns = it.start_ns + (mix(it.start_ns, u64(ch)) % 700);
+        kt.stop_ns = std::max(it.ch_stop[std::size_t(ch)], kt.start_ns + 1);
       }
-      c.complete(it.op, std::span<const kernel_time>(times, std::size_t(n > 0 ? n : 1)));
-      if (it.pxn) c.foreign_proxy_op(pid_t(::getpid() + 100000), 0, 0, 0);
+      timed[n] = timed_op{&it.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
+                          std::span<const proxy_plan>(it.plans.data(), std::size_t(it.n_plans))};
+      ++n;
+      if (!it.group_last && n < grp.size()) continue;
+      // All ops of a group run on one communicator.
+      c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+      for (std::size_t i = 0; i < n; ++i)
+        if (grp[i].pxn) c.foreign_proxy_op(pid_t(::getpid() + 100000), 0, 0, 0);
+      n = 0;
     }
     r.proxy_done.store(true);
   }
@@ -423,7 +466,40 @@ std::string fault_json(const options& o, const fault& f) {
   return j.str();
 }
 
+/// The busbw the plugin should measure (bus bytes / kernel time, summed over ranks and ops, as a rate) per
+/// comm x collective x size, from `steps` steps of the same timeline with `faults` active all the time.
+std::map<std::string, double> measured_busbw(const options& base, const std::vector<fault>& faults, int steps) {
+  options o = base;
+  o.faults = faults;
+  for (auto& f : o.faults) f.w = window{0, 1e300};
+  o.hangs.clear();
+  const model m(o);
+  timeline tl(m);
+  std::map<std::string, std::pair<double, double>> acc;
+  for (int s = 0; s < steps; ++s) {
+    tl.step(u64(s));
+    for (int r = 0; r < tl.ranks(); ++r)
+      for (const rank_op& ro : tl.ops(r)) {
+        const sim_op& op = m.program[std::size_t(ro.group)].ops[std::size_t(ro.op)];
+        if (op.ce || ro.hung) continue;
+        const traffic tr = traffic_of(op, comm_size(o, op.comm));
+        double stop = ro.start;
+        for (std::size_t c = 0; c < std::min<std::size_t>(op.n_channels, max_channels); ++c) stop = std::max(stop, ro.ch_stop[c]);
+        auto& a = acc[std::string(kind_name(op.comm)) + func_name(op.func) + std::to_string(op.bytes)];
+        a.first += tr.size_bytes * tr.factor / 1e9;  // as a rate over a window: sum(bytes) / sum(time)
+        a.second += stop - ro.start;
+      }
+  }
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : acc) out[k] = v.first / v.second;
+  return out;
+}
+
 void write_summary(const options& o, const model& m, const std::string& path) {
+  constexpr int sim_steps = 40;
+  const auto nominal = measured_busbw(o, {}, sim_steps);
+  std::vector<std::map<std::string, double>> per_fault;
+  for (const auto& f : o.faults) per_fault.push_back(measured_busbw(o, {f}, sim_steps));
   std::ostringstream j;
   j.precision(6);
   j << "{\n  \"config\": {\"plugin\": \"" << json_escape(o.plugin) << "\", \"abi\": " << o.abi << ", \"nodes\": " << o.nodes
@@ -468,14 +544,16 @@ void write_summary(const options& o, const model& m, const std::string& path) {
         << ", \"network\": " << (comm_network(o, op.comm) ? "true" : "false") << ", \"bytes_per_rank\": " << op.bytes
         << ", \"algo\": \"" << (op.sym ? "AGxLL_R" : op.algo) << "\", \"proto\": \"" << (op.sym ? "" : op.proto)
         << "\", \"n_channels\": " << int(op.n_channels) << ", \"model_busbw_gbs\": " << m.base_busbw(op.comm) / 1e9
-        << ", \"nominal_busbw_gbs\": " << m.busbw_gbs(op, 1.0, first_of_group) << ", \"degraded\": [";
-      // Every rank of an op measures the same pace (its slowest channel): one value per fault window.
+        << ", \"link_busbw_gbs\": " << m.busbw_gbs(op, 1.0, false)
+        << ", \"expected_wait_busbw_gbs\": " << m.busbw_gbs(op, 1.0, first_of_group)
+        << ", \"nominal_busbw_gbs\": " << nominal.at(key) << ", \"degraded\": [";
+      // Simulated with that fault alone, averaged over every rank (all ranks of an op share its pace).
       bool f2 = true;
-      for (const auto& f : o.faults) {
-        const double mid = (f.w.t0 + std::min(f.w.t1, std::max(f.w.t0, o.end_time(m.nominal_step_s)))) / 2;
+      for (std::size_t fi = 0; fi < o.faults.size(); ++fi) {
+        const fault& f = o.faults[fi];
+        const auto it = per_fault[fi].find(key);
         j << (std::exchange(f2, false) ? "" : ", ") << "{\"fault\": \"" << fault_name(f.kind) << "\", \"t0\": " << f.w.t0
-          << ", \"t1\": " << f.w.t1 << ", \"busbw_gbs\": " << m.busbw_gbs(op, m.worst_factor(op.comm, op.n_channels, mid), first_of_group)
-          << "}";
+          << ", \"t1\": " << f.w.t1 << ", \"busbw_gbs\": " << (it == per_fault[fi].end() ? 0.0 : it->second) << "}";
       }
       j << "]}";
       first = false;
@@ -659,6 +737,7 @@ int main(int argc, char** argv) {
     o.hangs.push_back(h);
   }
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
+  g_uuid_salt = o.seed == 1 ? 0 : splitmix(o.seed);
   if (random_seed) {
     const model nominal(o);
     fault f = random_fault(*random_seed, o, o.end_time(nominal.nominal_step_s));

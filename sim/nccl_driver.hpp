@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <span>
 #include <string>
 #include <utility>
@@ -308,6 +309,30 @@ struct kernel_time {
   std::uint64_t stop_ns = 0;   ///< GPU %globaltimer at work end
 };
 
+/// When one ProxyStep changes state (src/transport/net.cc), on the caller's clock:
+///  send: post = start + SendGPUWait, ready = SendPeerWait (the GPU produced the chunk), sent = SendWait
+///        (isend accepted: the receiver had a buffer), done = stop (network completion);
+///  recv: post = start + RecvWait (irecv posted), ready = RecvFlushWait (data received), sent = RecvGPUWait
+///        (flushed, handed to the GPU), done = stop (the GPU consumed it).
+struct proxy_step_times { std::uint64_t post = 0, ready = 0, sent = 0, done = 0; };
+inline constexpr int max_proxy_steps = 4;
+/// One ProxyOp of a network connection (channel, direction, peer) and its steps.
+struct proxy_plan {
+  std::uint8_t channel = 0;  ///< index into the op's channels (channel id = channel_lo + channel)
+  bool is_send = true;
+  int peer = 0;              ///< peer's rank in the communicator
+  std::uint64_t start = 0;   ///< ProxyOp start (append at launch) and ProxyOpInProgress
+  std::size_t step_bytes = 0;
+  int n_steps = 0;           ///< <= max_proxy_steps
+  proxy_step_times steps[max_proxy_steps];
+};
+/// One op of a group for `complete_timed`.
+struct timed_op {
+  const pending_op* op = nullptr;
+  std::span<const kernel_time> kernel;  ///< per channel (as `complete`)
+  std::span<const proxy_plan> proxies;  ///< this rank's network ProxyOps of the op (empty: none)
+};
+
 struct comm_config {
   std::uint64_t comm_hash = 0;    ///< identical on all ranks of the communicator
   std::string name;               ///< commName; empty → NULL
@@ -408,6 +433,25 @@ class comm_driver {
     const kernel_time t{start_ns, stop_ns};
     complete(p, std::span<const kernel_time>(&t, 1));
   }
+  /// Proxy-thread side with timing: the ops of one group, every event at its own time, in time order across
+  /// ops and channels: ProxyOp start + InProgress at `start`, KernelCh start at the channel's start, each
+  /// ProxyStep's states at their times, ProxyOp stop after its last step, KernelCh stop (+ record 22) at the
+  /// channel's stop. `wait(t)` is called with non-decreasing t before each event (the plugin timestamps
+  /// proxy states with its own clock, so the caller sleeps until t). Events gated by each op's mask snapshot
+  /// exactly as in `complete`; NCCL starts ProxySteps even under a NULL ProxyOp handle (parentObj NULL) but
+  /// records their states only under a non-NULL one. Allocates nothing (fixed-size event table).
+  template <class Wait>
+  void complete_timed(std::span<const timed_op> ops, Wait&& wait) {
+    if (!active_ || ops.empty()) return;
+    switch (abi_) {
+      case 4: timed_impl<4>(ops, wait); break;
+      case 5: timed_impl<5>(ops, wait); break;
+      case 6: timed_impl<6>(ops, wait); break;
+      case 7: timed_impl<7>(ops, wait); break;
+      default: break;
+    }
+  }
+
   /// KernelCh start only, never stopped (NCCL 2.31 purges in-flight ops at comm destroy; a hung kernel).
   void start_only(const pending_op& p, std::uint64_t start_ns) {
     if (!active_) return;
@@ -826,6 +870,153 @@ class comm_driver {
       a.kernelCh.pTimer = kt.stop_ns;
       record<V>(kh, st_kernel_ch_stop, &a);
       stop<V>(kh);
+    }
+  }
+
+  static constexpr std::size_t max_timed_ops = 4, max_timed_plans = 32;
+  struct timed_event {
+    std::uint64_t t;
+    std::uint8_t prio, kind, op, step;
+    std::uint16_t idx;  ///< channel (kernel events) or plan index
+  };
+  enum : std::uint8_t { ev_pop_start, ev_kch_start, ev_step_post, ev_step_ready, ev_step_sent, ev_step_done, ev_pop_stop, ev_kch_stop };
+
+  template <int V, class Wait>
+  void timed_impl(std::span<const timed_op> ops, Wait& wait) const {
+    using namespace abi;
+    static constexpr std::size_t cap = max_timed_ops * (2 * 64 + max_timed_plans * (2 + 4 * max_proxy_steps));
+    timed_event ev[cap];
+    std::size_t n = 0;
+    auto add = [&](std::uint64_t t, std::uint8_t kind, std::size_t op, std::size_t idx, int step) {
+      static constexpr std::uint8_t prio[] = {0, 1, 2, 2, 2, 2, 3, 4};
+      if (n < cap) ev[n++] = timed_event{t, prio[kind], kind, std::uint8_t(op), std::uint8_t(step), std::uint16_t(idx)};
+    };
+    const std::size_t n_ops = std::min(ops.size(), max_timed_ops);
+    for (std::size_t o = 0; o < n_ops; ++o) {
+      const pending_op& p = *ops[o].op;
+      if (!p.kernel_events || ops[o].kernel.empty()) continue;
+      for (std::size_t ch = 0; ch < p.n_channels; ++ch) {
+        const kernel_time& kt = ops[o].kernel[std::min(ch, ops[o].kernel.size() - 1)];
+        add(kt.start_ns, ev_kch_start, o, ch, 0);
+        add(kt.stop_ns, ev_kch_stop, o, ch, 0);
+      }
+      if (!p.network || !(p.mask & gate::proxy_op)) continue;
+      for (std::size_t i = 0; i < std::min(ops[o].proxies.size(), max_timed_plans); ++i) {
+        const proxy_plan& pl = ops[o].proxies[i];
+        add(pl.start, ev_pop_start, o, i, 0);
+        std::uint64_t last = pl.start;
+        for (int k = 0; k < std::min(pl.n_steps, max_proxy_steps); ++k) {
+          const proxy_step_times& st = pl.steps[k];
+          add(st.post, ev_step_post, o, i, k);
+          add(st.ready, ev_step_ready, o, i, k);
+          add(st.sent, ev_step_sent, o, i, k);
+          add(st.done, ev_step_done, o, i, k);
+          last = std::max(last, st.done);
+        }
+        add(last, ev_pop_stop, o, i, 0);
+      }
+    }
+    std::stable_sort(ev, ev + n, [](const timed_event& a, const timed_event& b) {
+      return a.t != b.t ? a.t < b.t : a.prio < b.prio;
+    });
+    void* kch[max_timed_ops][64] = {};
+    void* pop[max_timed_ops][max_timed_plans] = {};
+    void* step[max_timed_ops][max_timed_plans][max_proxy_steps] = {};
+    descr_t<V> d;
+    void* const ctx = context_;
+    static char net_data[64] = {};
+    if (load_mask() & ev_proxy_ctrl) {
+      if (n) wait(ev[0].t);
+      int appended = 0;
+      for (std::size_t o = 0; o < n_ops; ++o) appended += int(ops[o].proxies.size());
+      proxy_ctrl_impl<V>(appended);
+    }
+    for (std::size_t e = 0; e < n; ++e) {
+      const timed_event& x = ev[e];
+      wait(x.t);
+      const pending_op& p = *ops[x.op].op;
+      switch (x.kind) {
+        case ev_kch_start: {
+          if (!(p.mask & ev_kernel_ch)) break;
+          clear<V>(d);
+          d.type = ev_kernel_ch;
+          d.parentObj = p.task_handle;
+          d.kernelCh.channelId = std::uint8_t(p.channel_lo + x.idx);
+          d.kernelCh.pTimer = x.t;
+          kch[x.op][x.idx] = start<V>(ctx, d);
+          break;
+        }
+        case ev_kch_stop: {
+          abi::state_args a{};
+          a.kernelCh.pTimer = x.t;
+          record<V>(kch[x.op][x.idx], st_kernel_ch_stop, &a);
+          stop<V>(kch[x.op][x.idx]);
+          break;
+        }
+        case ev_pop_start: {
+          const proxy_plan& pl = ops[x.op].proxies[x.idx];
+          clear<V>(d);
+          d.type = ev_proxy_op;
+          d.parentObj = p.task_handle;
+          d.rank = cfg_.rank;
+          d.proxyOp.pid = cfg_.pid;
+          d.proxyOp.channelId = std::uint8_t(p.channel_lo + pl.channel);
+          d.proxyOp.peer = pl.peer;
+          d.proxyOp.nSteps = pl.n_steps;
+          d.proxyOp.chunkSize = int(pl.step_bytes);
+          d.proxyOp.isSend = pl.is_send ? 1 : 0;
+          void* h = start<V>(ctx, d);
+          pop[x.op][x.idx] = h;
+          abi::state_args scratch{};
+          abi::state_args* args = no_args<V>(scratch);
+          record<V>(h, st_proxy_op_in_progress_v4, args ? args : &scratch);
+          break;
+        }
+        case ev_pop_stop: stop<V>(pop[x.op][x.idx]); break;
+        default: {  // ProxyStep transitions
+          const proxy_plan& pl = ops[x.op].proxies[x.idx];
+          void* const op_h = pop[x.op][x.idx];
+          void*& sh = step[x.op][x.idx][x.step];
+          if (!(p.mask & gate::proxy_step) || (V == 4 && !op_h)) break;
+          abi::state_args a{};
+          // NCCL records sub->transSize, which is set when a step's isend is posted (send) or its data
+          // arrives (recv): the earlier states of a step still carry the previous step's size.
+          const std::size_t prev = x.step ? pl.step_bytes : 0;
+          if (x.kind == ev_step_post) {
+            clear<V>(d);
+            d.type = ev_proxy_step;
+            d.parentObj = op_h;
+            d.rank = cfg_.rank;
+            d.proxyStep.step = x.step;
+            sh = start<V>(ctx, d);
+            a.proxyStep.transSize = prev;
+            if (op_h) record<V>(sh, abi::event_state(pl.is_send ? 8 : 10), &a);
+          } else if (x.kind == ev_step_ready) {
+            a.proxyStep.transSize = pl.is_send ? prev : pl.step_bytes;
+            if (op_h) record<V>(sh, pl.is_send ? abi::st_proxy_step_send_peer_wait_v4 : abi::event_state(11), &a);
+          } else if (x.kind == ev_step_sent) {
+            a.proxyStep.transSize = pl.step_bytes;
+            if (op_h) record<V>(sh, abi::event_state(pl.is_send ? 9 : 12), &a);
+            if (p.mask & ev_net_plugin) {
+              clear<V>(d);
+              d.type = ev_net_plugin;
+              d.parentObj = sh;
+              d.rank = cfg_.rank;
+              d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
+              d.netPlugin.data = net_data;
+              void* nh = start<V>(ctx, d);
+              abi::state_args na{};
+              na.netPlugin.data = net_data;
+              record<V>(nh, st_net_plugin_update, &na);
+              stop<V>(nh);
+            }
+          } else {
+            stop<V>(sh);
+            sh = nullptr;
+          }
+          break;
+        }
+      }
     }
   }
 

@@ -7,14 +7,17 @@ its own Alertmanager; assertions through each backend's Prometheus-compatible HT
 Both backends watch the same run (--backend both, the default: one run, ~0 s extra wall time)
 and every check below runs against each of them; `--backend prometheus|victoriametrics` runs one.
 
-One simulator run, real time (--speed 1), N nodes x G GPUs (default 2 x 4), all faults in one
-timeline so the test stays short (~3 min):
+Two simulator runs side by side, real time (--speed 1) (~3 min):
+the main job, N nodes x G GPUs (default 2 x 4):
 
     t=0       job starts (healthy: baseline for the rules)
-    t=10      --hang-rank 1@10           rank 1 (node0, GPU1): one op starts and never completes
     t=35-126  --net-degrade 50@35-126    every n_nodes>1 communicator at 50 % bus bandwidth
-    t=126-160 --slow-host 1:25@126-160   node1's network links at 75 % (others 93.75 %)
+    t=126-160 --slow-host 1:25@126-160   all of node1's NICs at 75 %
     t=162     job ends (every plugin writes its final file)
+
+and a one-node hang job (SLURM job "<job>-hang", node0, 2 GPUs): --hang-rank 1@10. A hung rank blocks
+its peers (they spin in the same op and issue nothing more), and one communicator spanning every rank
+(fsdp) freezes a whole job, so the hang gets its own job.
 
 The degradation alert compares the 1m bandwidth with the median of the job's own previous 10m
 (offset 1m), so it cannot fire before ~t=62 (first baseline sample) + 30 s `for`: Prometheus
@@ -38,10 +41,14 @@ times given above, so the result does not depend on polling luck):
      the degradation and never for n_nodes="1"; network AllGather bandwidth (recording rule
      ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m) falls to ~50 % while every NVLink-only
      series stays within 5 %; step throughput (median over ranks) 310 -> ~268 TFLOP/s.
-  5. scenario 2: the dashboard's per-host attribution table ranks node1 first during the
-     slow-host window, also for ReduceScatter on the network comm.
-  6. hang: NcclinspCollectiveHung fires for node0 and the communicator whose
-     ncclinsp_oldest_inflight_age_seconds grows on GPU1, and for nothing else.
+  5. scenario 2, on the physics of coupled collectives: a slow host lowers the kernel-time bus
+     bandwidth of EVERY rank of the communicators that route through it, so the per-host
+     attribution table (kernel time vs the job median) must show no host below 97 % while the
+     network bandwidth of every host falls to ~75 % (naming the host needs the proxy signals of
+     issue 11 part 4).
+  6. hang: every rank of the hung communicator shows a growing ncclinsp_oldest_inflight_age_seconds
+     on that one communicator (the hung rank and its blocked peer), and NcclinspCollectiveHung
+     fires for node0 and that communicator only.
   7. finished job: every file ends with ncclinsp_info{final="1"}; the stale-exporter alerts'
      own expressions (read from /api/v1/rules), evaluated 90 s / 150 s after the end, return
      nothing for this job, while the bare age condition would (so the exclusion is what holds).
@@ -73,7 +80,7 @@ import promapi as P  # noqa: E402
 
 SKIP = 77
 # The fault schedule (simulated seconds == wall seconds at --speed 1).
-HANG_RANK, HANG_AT = 1, 10
+HANG_RANK, HANG_AT, HANG_GPUS = 1, 10, 2   # the hang job: 1 node x HANG_GPUS GPUs
 NET = (35, 126, 50)         # t0, t1, percent
 SLOW = (1, 126, 160, 25)    # node, t0, t1, percent
 DURATION = 162
@@ -429,51 +436,54 @@ class Run:
         if not rows:
             self.fail("attribution table empty")
             return
-        top = rows[0]
-        log(f"scenario 2: attribution table first row at t={ATTRIB_AT}s: {top[0].get('node')} "
-            f"{top[0].get('comm_name')} {top[0].get('collective')} {top[1]:.0%} of the job median")
-        if top[0].get("node") != slow_node or not top[1] < 0.97:
-            self.fail(f"attribution: first row {top}, expected {slow_node} below the median")
-        low = [m for m, v in rows if v < 0.97 and m.get("node") != slow_node]
+        low = [(m.get("node"), m.get("comm_name"), m.get("collective"), round(v, 3)) for m, v in rows if v < 0.97]
         if low:
-            self.fail(f"attribution: other hosts below 97% of the median: {low}")
+            self.fail(f"attribution: hosts below 97% of the job median on kernel time (coupled ranks slow "
+                      f"together, so none may be): {low}")
         rs = {m["node"]: v for m, v in rows if m.get("collective") == "ReduceScatter" and m.get("n_nodes") != "1"}
-        if not rs or min(rs, key=rs.get) != slow_node:
-            self.fail(f"attribution: ReduceScatter on the network comm does not name {slow_node}: {rs}")
-        else:
-            log("scenario 2: ReduceScatter (network) per host: "
-                + ", ".join(f"{k} {v:.0%}" for k, v in sorted(rs.items())))
-        # The per-node recording rule agrees.
-        rr = self.q(f'ncclinsp:bus_bandwidth_gbs:ratio_to_job_median{{slurm_job_id="{self.job}",n_nodes!="1"}}',
-                    ATTRIB_AT)
-        worst = {}
-        for m, v in rr:
-            worst[m["node"]] = min(worst.get(m["node"], 9), v)
-        if not worst or min(worst, key=worst.get) != slow_node:
-            self.fail(f"ratio_to_job_median does not name {slow_node}: {worst}")
+        if len(rs) != len(self.nodes) or max(rs.values()) - min(rs.values()) > 0.03:
+            self.fail(f"attribution: ReduceScatter (network) per host differs: {rs}")
+        # ...while every host's network bandwidth is down alike (the window at ATTRIB_AT holds ~30 s of the
+        # 50 % fabric degradation and ~30 s of the slow host at 75 %, so between those against healthy t=28).
+        sel = f'ncclinsp:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}",n_nodes!="1",collective="ReduceScatter"}}'
+        healthy = {m.get("node", "job"): v for m, v in self.q(sel, 28)}
+        during = {m.get("node", "job"): v for m, v in self.q(sel, ATTRIB_AT)}
+        ratios = {k: during[k] / v for k, v in healthy.items() if k in during and v > 0}
+        if not ratios or any(not 0.5 < r < 0.8 for r in ratios.values()) or max(ratios.values()) - min(ratios.values()) > 0.03:
+            self.fail(f"slow host: network ReduceScatter bandwidth at t={ATTRIB_AT}s vs healthy {ratios}, expected "
+                      f"every host alike between 0.5 and 0.8")
+        log(f"scenario 2: no host singled out on kernel time at t={ATTRIB_AT}s (ReduceScatter per host: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in sorted(rs.items())) + f"); {slow_node}'s slow NICs pace every "
+            f"rank: network ReduceScatter vs healthy {', '.join(f'{k} {v:.2f}' for k, v in sorted(ratios.items()))}")
 
     # -- 6. hang --------------------------------------------------------------------------------
     def check_hang(self, t_end):
-        node, gpu = f"node{HANG_RANK // self.a.gpus}", f"GPU{HANG_RANK % self.a.gpus}"
-        fired = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=self.job)
+        job = self.job + "-hang"
+        fired = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=job)
         if not fired:
             self.fail("NcclinspCollectiveHung did not fire")
             return
         at = fired[0][1]
-        ages = self.prom.values(f'ncclinsp_oldest_inflight_age_seconds{{slurm_job_id="{self.job}"}} > 30', at=at)
+        ages = self.prom.values(f'ncclinsp_oldest_inflight_age_seconds{{slurm_job_id="{job}"}} > 30', at=at)
         hung = {(m["node"], m["gpu"], m["comm_name"], m["comm_hash"]) for m, _ in ages}
-        if {(h[0], h[1]) for h in hung} != {(node, gpu)}:
-            self.fail(f"hung ops at t={at - self.t0:.0f}s on {sorted(hung)}, expected only {node}/{gpu}")
-        want = {(node, h[2], h[3]) for h in hung}
+        # The hung rank (GPU1) and its peer (GPU0), blocked in the same op of one communicator.
+        want_gpus = {("node0", f"GPU{g}") for g in range(HANG_GPUS)}
+        if {(h[0], h[1]) for h in hung} != want_gpus or len({h[3] for h in hung}) != 1:
+            self.fail(f"hung ops at t={at - self.t0:.0f}s on {sorted(hung)}, expected every GPU of {sorted(want_gpus)} "
+                      f"in one communicator")
+        want = {(h[0], h[2], h[3]) for h in hung}
         got = {(m["node"], m["comm_name"], m["comm_hash"]) for m, _, _ in fired}
         if got != want:
             self.fail(f"NcclinspCollectiveHung fired for {sorted(got)}, expected {sorted(want)}")
         self.hang_at = at
         self.hung_comms = {(g[0], g[1]) for g in got}
         log(f"hang: NcclinspCollectiveHung fired at t={at - self.t0:.0f}s for {sorted(got)} "
-            f"(rank {HANG_RANK} = {node}/{gpu} hung at t={HANG_AT}s)")
+            f"(rank {HANG_RANK} hung at t={HANG_AT}s; its peer blocked in the same op: {sorted(hung)})")
         if not HANG_AT + 60 < at - self.t0 < HANG_AT + 60 + 15 + 20:
             self.fail(f"hang alert at t={at - self.t0:.0f}s, expected ~{HANG_AT + 75}s")
+        quiet = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=self.job)
+        if quiet:
+            self.fail(f"NcclinspCollectiveHung fired for the healthy job: {quiet[:2]}")
 
     # -- 7. finished job --------------------------------------------------------------------------
     def check_final(self, n_files):
@@ -483,9 +493,9 @@ class Run:
         except TimeoutError as e:
             self.fail(f"final files: {e}")
             return
-        ab = self.prom.values(f'sum(ncclinsp_abandoned_ops_total{{slurm_job_id="{self.job}"}})')
-        if not ab or ab[0][1] < 1:
-            self.fail(f"the hung op was not counted as abandoned at teardown: {ab}")
+        ab = self.prom.values(f'sum(ncclinsp_abandoned_ops_total{{slurm_job_id="{self.job}-hang"}})')
+        if not ab or ab[0][1] < HANG_GPUS:
+            self.fail(f"the hung op was not counted as abandoned on every blocked rank at teardown: {ab}")
         rules = {r["name"]: r for g in self.prom.rules() for r in g["rules"] if r.get("type") == "alerting"}
         now = time.time()
         for name, later, bare in (
@@ -536,7 +546,7 @@ class Run:
 
         def mine():
             return [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
-                    if d.get("groupLabels", {}).get("slurm_job_id") == self.job]
+                    if d.get("groupLabels", {}).get("slurm_job_id") in (self.job, self.job + "-hang")]
         while time.time() < deadline and not {"NcclinspNetworkFabricDegraded", "NcclinspCollectiveHung"} <= \
                 {d["groupLabels"].get("alertname") for _, d in mine()}:
             time.sleep(1)
@@ -614,7 +624,7 @@ def main():
     nodes = [f"node{k}" for k in range(a.nodes)]
     job = f"e2e-{os.getpid()}"
     failures = Failures()
-    sim = None
+    sim = hang_sim = None
     hook = P.Webhook()
     try:
         with P.stack(root, nodes, scrape="1s", extra_args=["--backend", a.backend, "--webhook", hook.url]):
@@ -628,15 +638,23 @@ def main():
             cmd = [a.sim, "--plugin", a.plugin, "--nodes", str(a.nodes), "--gpus", str(a.gpus),
                    "--duration", str(DURATION), "--speed", "1", "--out", root, "--prom",
                    "--summary", summary_path,
-                   "--hang-rank", f"{HANG_RANK}@{HANG_AT}",
                    "--net-degrade", f"{NET[2]}@{NET[0]}-{NET[1]}",
                    "--slow-host", f"{SLOW[0]}:{SLOW[3]}@{SLOW[1]}-{SLOW[2]}"]
             log("simulator: " + " ".join(cmd[1:]))
-            with open(os.path.join(root, "logs", "sim.log"), "w") as lf:
+            # The hang job: its own SLURM job on node0's exporter (no --out: the plugin writes to the dump dir
+            # given here; no simulator .prom), another seed so its communicator hashes differ.
+            hang_env = dict(env, SLURM_JOB_ID=job + "-hang", NCCL_INSPECTOR_DUMP_DIR=os.path.join(root, "node0"))
+            hang_cmd = [a.sim, "--plugin", a.plugin, "--nodes", "1", "--gpus", str(HANG_GPUS), "--seed", "2",
+                        "--duration", str(DURATION), "--speed", "1", "--prom", "--hang-rank", f"{HANG_RANK}@{HANG_AT}"]
+            log("hang job: " + " ".join(hang_cmd[1:]))
+            with open(os.path.join(root, "logs", "sim.log"), "w") as lf, \
+                    open(os.path.join(root, "logs", "sim-hang.log"), "w") as hf:
                 t0 = time.time() + 0.3  # the simulator starts its nodes 300 ms after launch
                 sim = subprocess.Popen(cmd, env=env, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+                hang_sim = subprocess.Popen(hang_cmd, env=hang_env, stdout=hf, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
                 last = -30
-                while sim.poll() is None:
+                while sim.poll() is None or hang_sim.poll() is None:
                     el = time.time() - t0
                     if el - last >= 30:
                         last = el
@@ -646,6 +664,8 @@ def main():
                     time.sleep(0.5)
             if sim.returncode != 0:
                 failures(f"simulator exited with {sim.returncode} (see {root}/logs/sim.log)")
+            if hang_sim.returncode != 0:
+                failures(f"hang simulator exited with {hang_sim.returncode} (see {root}/logs/sim-hang.log)")
             t_end = time.time()
             log(f"job finished after {t_end - t0:.0f}s")
             with open(summary_path) as f:
@@ -674,9 +694,10 @@ def main():
         failures(f"{type(e).__name__}: {e}")
     finally:
         hook.close()
-        if sim is not None and sim.poll() is None:
-            os.killpg(sim.pid, signal.SIGKILL)  # our own session: the simulator and its node processes
-            sim.wait()
+        for p in (sim, hang_sim):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)  # our own session: the simulator and its node processes
+                p.wait()
     took = time.monotonic() - t_start
     if failures:
         print(f"e2e: FAILED ({len(failures)} problem(s)) in {took:.0f}s; files and logs under {root}")

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Physical invariants of ncclinsp-sim, asserted on the JSON records the real plugin writes
+(sim/README.md "Timing model"; shared collective-physics.md):
+
+  1. ranks of one op are coupled: KernelCh stops coincide within one hop (link latency), starts differ
+     by each rank's arrival; a compute straggler starts last and has the shortest kernel time, its peers
+     wait (lower busbw) although the network is healthy;
+  2. a slow host lowers the kernel-time busbw of every rank of every communicator that routes through it
+     by the same amount (kernel time cannot name it); a P2P pair without it stays healthy; NVLink-only
+     communicators are unaffected by any network fault;
+  3. a slow NIC slows the channels routed through it (visible per channel) and the communicators of the
+     GPUs nearest to it; the others stay healthy;
+  4. NVLink degradation slows only that node's NVLink-only communicator;
+  5. a hung rank blocks its peers: no member completes the hung op or any later op; every member's
+     final dump_stats counts it abandoned;
+  6. --random-fault SEED: deterministic, written to the summary, size 10-50 %.
+
+usage: sim_physics.py SIM PLUGIN WORKDIR
+"""
+import collections
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+SIM, PLUGIN, WORK = sys.argv[1:4]
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL:", msg)
+
+
+def run(name, *args, verbose=False):
+    out = os.path.join(WORK, name)
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="0",
+               NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="200000",
+               NCCL_INSPECTOR_DUMP_VERBOSE="1" if verbose else "0")
+    for k in ("NCCLINSP_SINKS", "NCCL_INSPECTOR_DUMP_DIR", "NCCLINSP_JSON_MAX_BYTES"):
+        env.pop(k, None)
+    cmd = [SIM, "--plugin", PLUGIN, "--speed", "10", "--out", out, "--summary", os.path.join(out, "summary.json")]
+    p = subprocess.run(cmd + list(args), env=env, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        raise SystemExit(f"FAIL: ncclinsp-sim {' '.join(args)} exited {p.returncode}")
+    recs, stats = [], []
+    for f in glob.glob(os.path.join(out, "*", "*.log")):
+        for line in open(f):
+            d = json.loads(line)
+            if "dump_stats" in d:
+                stats.append(d)
+                continue
+            p = d.get("coll_perf") or d.get("p2p_perf")
+            if not p:
+                continue
+            pre = "coll" if "coll_perf" in d else "p2p"
+            h = d["header"]
+            recs.append(dict(comm=h["comm_name"], id=h["id"], rank=h["rank"], node=d["metadata"]["node"],
+                             op=p[pre], sn=p[pre + "_sn"], start=p[pre + "_start_ts_ns"], end=p[pre + "_end_ts_ns"],
+                             exec_us=p[pre + "_exec_time_us"], busbw=p[pre + "_busbw_gbs"],
+                             size=p[pre + "_msg_size_bytes"], peer=p.get("p2p_peer"), raw=p))
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    check(recs, f"{name}: no op records")
+    return recs, stats, summary
+
+
+def t_of(recs):
+    """Seconds since the first op start (the sim's t=0 is a few ms earlier: the first compute segment)."""
+    base = min(r["start"] for r in recs)
+    return lambda r: (r["start"] - base) / 1e9
+
+
+def ops_by_key(recs):
+    ops = collections.defaultdict(list)
+    for r in recs:
+        ops[(r["id"], r["op"], r["sn"])].append(r)
+    return ops
+
+
+def mean(v):
+    return sum(v) / len(v) if v else float("nan")
+
+
+# ---- 1. coupling, straggler -------------------------------------------------------------------------------
+recs, _, summ = run("straggler", "--nodes", "2", "--gpus", "2", "--duration", "4", "--straggler", "1:3@1.5-3")
+T = t_of(recs)
+ops = ops_by_key(recs)
+lat = {"tp": 8e3, "fsdp": 20e3, "dp": 20e3, "pp": 20e3}  # ns, one hop
+n_coll = n_late = n_short = 0
+worst_stop = 0
+for key, rs in ops.items():
+    if len(rs) < 2 or rs[0]["peer"] is not None:
+        continue
+    comm = rs[0]["comm"].rstrip("0123456789")
+    stops = [r["end"] for r in rs]
+    worst_stop = max(worst_stop, (max(stops) - min(stops)) / lat[comm])
+    check(max(stops) - min(stops) <= lat[comm] + 1000,
+          f"{key}: KernelCh stops spread {(max(stops) - min(stops)) / 1e3:.1f} us > one hop")
+    t = T(rs[0])
+    # fsdp rank = global rank; tp rank 1 on node0 = global rank 1
+    straggler = [r for r in rs if (r["comm"] == "fsdp" and r["rank"] == 1) or (r["comm"] == "tp" and r["node"] == "node0" and r["rank"] == 1)]
+    starts = [r["start"] for r in rs]
+    if straggler and 1.6 < t < 2.9 and max(starts) - min(starts) > 2e6:
+        n_coll += 1
+        s = straggler[0]
+        n_late += s["start"] == max(starts)
+        n_short += s["exec_us"] == min(r["exec_us"] for r in rs)
+    if t < 1.4:  # healthy: launch jitter plus the cascade of the previous ops' different ends
+        check(max(starts) - min(starts) < 300e3, f"{key}: healthy starts spread {(max(starts) - min(starts)) / 1e3:.0f} us")
+check(n_coll >= 10, f"straggler: only {n_coll} ops with the straggler 3 ms late")
+check(n_late == n_coll and n_short == n_coll,
+      f"straggler: latest start in {n_late}/{n_coll}, shortest kernel time in {n_short}/{n_coll} ops")
+# Its peers look slow: busbw of the other ranks of fsdp AllGather falls in the window, the network is healthy.
+ag = [r for r in recs if r["comm"] == "fsdp" and r["op"] == "AllGather"]
+before = mean([r["busbw"] for r in ag if 0.2 < T(r) < 1.4 and r["rank"] != 1])
+during = mean([r["busbw"] for r in ag if 1.7 < T(r) < 2.9 and r["rank"] != 1])
+strag = mean([r["busbw"] for r in ag if 1.7 < T(r) < 2.9 and r["rank"] == 1])
+check(during < 0.9 * before, f"straggler: peers' AllGather busbw {before:.1f} -> {during:.1f} GB/s (expected a drop)")
+check(strag > during, f"straggler: its own busbw {strag:.1f} should exceed its peers' {during:.1f}")
+print(f"coupling: stops within {worst_stop:.2f} hop; straggler starts last and is shortest in {n_coll}/{n_coll} ops; "
+      f"peers' AllGather busbw {before:.1f} -> {during:.1f} GB/s, straggler's own {strag:.1f}")
+
+# ---- 2-4. link faults, one per window -----------------------------------------------------------------------
+W = {"healthy": (0.2, 0.9), "host": (1.2, 1.9), "net": (2.2, 2.9), "nic": (3.2, 3.9), "nvl": (4.2, 4.9)}
+recs, _, summ = run("links", "--nodes", "4", "--gpus", "2", "--duration", "5", "--slow-host", "1:40@1-2",
+                    "--net-degrade", "50@2-3", "--slow-nic", "node1:0:40@3-4", "--nvlink-degrade", "0:60@4-5", verbose=True)
+T = t_of(recs)
+
+
+def bw(phase, pred):
+    lo, hi = W[phase]
+    return mean([r["busbw"] for r in recs if lo < T(r) < hi and pred(r)])
+
+
+def ratio(phase, pred):
+    return bw(phase, pred) / bw("healthy", pred)
+
+
+def pace(phase, pred):
+    """Mean over ops of the shortest kernel time among the op's ranks (its last arriver): healthy / phase."""
+    def one(ph):
+        lo, hi = W[ph]
+        by = collections.defaultdict(list)
+        for r in recs:
+            if lo < T(r) < hi and pred(r):
+                by[(r["id"], r["op"], r["sn"])].append(r["exec_us"])
+        return mean([min(v) for v in by.values()])
+    return one("healthy") / one(phase)
+
+
+def per_node(phase, comm, op):
+    return {n: ratio(phase, lambda r, n=n: r["comm"].startswith(comm) and r["op"] == op and r["node"] == n)
+            for n in ("node0", "node1", "node2", "node3")}
+
+
+for phase, want in (("host", 0.6), ("net", 0.5)):
+    for comm, op in (("fsdp", "AllGather"), ("fsdp", "ReduceScatter"), ("dp", "AllReduce")):
+        rn = per_node(phase, comm, op)
+        check(all(abs(v - want) < 0.06 for v in rn.values()), f"{phase}: {comm} {op} busbw ratio per node {rn}, want ~{want}")
+        check(max(rn.values()) - min(rn.values()) < 0.03, f"{phase}: {comm} {op} differs between nodes {rn}")
+    # The pace of an NVLink-only op is its last arriver's kernel time (the others' include their wait,
+    # which network ops earlier in the step may shift): unchanged by network faults.
+    tp = pace(phase, lambda r: r["comm"] == "tp" and r["size"] >= 32 << 20)
+    check(abs(tp - 1) < 0.03, f"{phase}: NVLink-only tp pace ratio {tp:.2f} (a network fault must not touch it)")
+# P2P: pairs node0->1 and node1->2 include the slow host, node2->3 does not.
+sends = {k: ratio("host", lambda r, k=k: r["op"] == "Send" and r["node"] == f"node{k}") for k in (0, 1, 2)}
+check(sends[0] < 0.7 and sends[1] < 0.7 and sends[2] > 0.95, f"host: Send busbw ratio by sender node {sends}")
+# Slow NIC 0 of node1: fsdp's even channels (NIC 0) end later; dp0/pp0 (GPU0 -> NIC0) slow, dp1/pp1 healthy.
+d0 = ratio("nic", lambda r: r["comm"] == "dp0")
+d1 = ratio("nic", lambda r: r["comm"] == "dp1")
+check(d0 < 0.7 and d1 > 0.95, f"nic: dp0 ratio {d0:.2f} (want ~0.6), dp1 {d1:.2f} (want ~1)")
+lag = collections.defaultdict(list)
+for r in recs:
+    lo, hi = W["nic"]
+    if r["comm"] == "fsdp" and r["op"] == "AllGather" and lo < T(r) < hi:
+        ev = r["raw"]["event_trace_ts"]["kernel_events"]
+        first = min(e["kernel_gpu_start_ns"] for e in ev)
+        for e in ev:
+            lag[e["channel_id"] % 2].append(e["kernel_gpu_stop_ns"] - first)
+check(lag[0] and lag[1] and mean(lag[0]) > 1.5 * mean(lag[1]),
+      f"nic: fsdp channels on NIC0 {mean(lag[0]) / 1e3:.0f} us vs NIC1 {mean(lag[1]) / 1e3:.0f} us")
+f = ratio("nic", lambda r: r["comm"] == "fsdp" and r["op"] == "AllGather")
+check(abs(f - 0.6) < 0.06, f"nic: fsdp AllGather ratio {f:.2f} (the op ends with its slowest channel)")
+# NVLink degradation of node0: its tp slows, node1's tp and the network comms do not.
+t0 = ratio("nvl", lambda r: r["comm"] == "tp" and r["node"] == "node0" and r["size"] >= 32 << 20)
+t1 = ratio("nvl", lambda r: r["comm"] == "tp" and r["node"] == "node1" and r["size"] >= 32 << 20)
+fn = ratio("nvl", lambda r: r["comm"] == "fsdp")
+check(t0 < 0.5 and abs(t1 - 1) < 0.05 and abs(fn - 1) < 0.05, f"nvl: tp node0 {t0:.2f}, tp node1 {t1:.2f}, fsdp {fn:.2f}")
+print(f"links: slow host / fabric drop every node equally, NVLink-only unchanged; Send ratios {sends}; "
+      f"slow NIC: dp0 {d0:.2f} dp1 {d1:.2f}, NIC0 channels {mean(lag[0]) / 1e3:.0f} us vs {mean(lag[1]) / 1e3:.0f} us; "
+      f"NVLink: tp node0 {t0:.2f} node1 {t1:.2f}")
+
+# ---- 5. hang ---------------------------------------------------------------------------------------------
+recs, stats, summ = run("hang", "--nodes", "2", "--gpus", "2", "--duration", "3", "--hang-rank", "1@1.5")
+T = t_of(recs)
+last = max(T(r) for r in recs)
+check(1.3 < last < 1.5 + 2 * summ["config"]["nominal_step_s"], f"hang: last completed op starts at t={last:.2f}s")
+fin = collections.defaultdict(int)
+hung_in = {}
+for d in stats:
+    if d["dump_stats"].get("final"):
+        k = (d["metadata"]["node"], d["header"]["comm_name"], d["header"]["rank"])
+        fin[k] = d["dump_stats"]["abandoned_total"]
+per_node_ab = collections.Counter()
+for (node, comm, rank), v in fin.items():
+    per_node_ab[node] += v
+# Every GPU ends blocked in exactly one op (its own hung op or one waiting for a blocked peer).
+check(dict(per_node_ab) == {"node0": 2, "node1": 2}, f"hang: abandoned ops per node {dict(per_node_ab)}, want one per GPU")
+# The communicator the hung rank (node0 GPU1) blocked in: every member holds the op.
+mine = [k for k, v in fin.items() if v and k[0] == "node0" and (k[1] == "tp" and k[2] == 1 or k[1] == "fsdp" and k[2] == 1
+                                                               or k[1] in ("dp1", "pp1") and k[2] == 0)]
+check(len(mine) == 1, f"hang: rank 1 holds {mine}")
+if mine:
+    members = [k for k in fin if k[1] == mine[0][1] and (k[1] != "tp" or k[0] == "node0")]
+    check(all(fin[k] >= 1 for k in members), f"hang: members of {mine[0][1]} without the hung op: {[(k, fin[k]) for k in members]}")
+abandoned_fsdp = dict(per_node_ab)
+print(f"hang: every rank stops by t={last:.2f}s; rank 1 hung in {mine}; abandoned per node {abandoned_fsdp}")
+
+# ---- 6. random fault ---------------------------------------------------------------------------------------
+got = []
+for i in range(2):
+    _, _, s = run(f"random{i}", "--nodes", "4", "--gpus", "2", "--duration", "2", "--random-fault", "7")
+    got.append(s["random_fault"])
+rf = got[0]
+check(got[0] == got[1], f"random fault not deterministic: {got}")
+check(rf and rf["random"] and rf["kind"] in ("net_degrade", "slow_host", "slow_nic", "straggler", "nvlink_degrade"),
+      f"random fault: {rf}")
+check(rf and (rf["kind"] == "straggler" or 10 <= rf["pct"] <= 50) and 0.4 <= rf["t0"] <= 1.0, f"random fault size/onset: {rf}")
+kinds = set()
+for seed in range(1, 40):
+    _, _, s = run("random_k", "--nodes", "4", "--gpus", "2", "--steps", "1", "--random-fault", str(seed))
+    kinds.add(s["random_fault"]["kind"])
+    if len(kinds) == 5:
+        break
+check(len(kinds) == 5, f"random faults cover every kind: {kinds}")
+print(f"random fault 7: {rf}; kinds seen {sorted(kinds)}")
+
+if FAILS:
+    print(f"sim_physics: {len(FAILS)} failure(s)")
+    sys.exit(1)
+shutil.rmtree(WORK, ignore_errors=True)
+print("PASS")
