@@ -136,7 +136,9 @@ struct clock_map {
     const u64 target = base_ns + u64(t / speed * 1e9);
     while (!stop.load(std::memory_order_relaxed)) {
       const u64 now = realtime_ns();
-      if (now >= target) return;
+      // Within 200 us of the target: no sleep (each sleep costs ~60 us of timer slack, and a proxy thread
+      // sleeping per event would fall behind); events are then up to 200 us early in wall time.
+      if (now + 200'000 >= target) return;
       const u64 left = target - now;
       std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<u64>(left, 50'000'000)));
     }
@@ -330,23 +332,30 @@ struct node_runner {
         std::this_thread::sleep_for(std::chrono::microseconds(o.speed > 0 ? 200 : 20));
         continue;
       }
-      if (it.quit) break;
-      comm_driver& c = *r.comms[std::size_t(it.comm)];
-      if (it.start_only) {
-        clk.wait_until(double(it.start_ns - clk.base_ns) / 1e9, stop);
-        c.start_only(it.op, it.start_ns);
+      if ((it.quit || it.start_only) && n > 0) {  // a group cut short (one of its P2P ops hung): emit what completes
+        const proxy_item cut = it;
+        r.comms[std::size_t(grp[0].comm)]->complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+        n = 0;
+        grp[0] = cut;
+      }
+      proxy_item& cur = grp[n];
+      if (cur.quit) break;
+      comm_driver& c = *r.comms[std::size_t(cur.comm)];
+      if (cur.start_only) {
+        clk.wait_until(double(cur.start_ns - clk.base_ns) / 1e9, stop);
+        c.start_only(cur.op, cur.start_ns);
         continue;
       }
-      const int nch = std::min<int>(it.op.n_channels, int(max_channels));
+      const int nch = std::min<int>(cur.op.n_channels, int(max_channels));
       for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
         auto& kt = times[n][std::size_t(ch)];
-        kt.start_ns = it.start_ns + (mix(it.start_ns, u64(ch)) % 700);
-        kt.stop_ns = std::max(it.ch_stop[std::size_t(ch)], kt.start_ns + 1);
+        kt.start_ns = cur.start_ns + (mix(cur.start_ns, u64(ch)) % 700);
+        kt.stop_ns = std::max(cur.ch_stop[std::size_t(ch)], kt.start_ns + 1);
       }
-      timed[n] = timed_op{&it.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
-                          std::span<const proxy_plan>(it.plans.data(), std::size_t(it.n_plans))};
+      timed[n] = timed_op{&cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
+                          std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans))};
       ++n;
-      if (!it.group_last && n < grp.size()) continue;
+      if (!cur.group_last && n < grp.size()) continue;
       // All ops of a group run on one communicator.
       c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
       for (std::size_t i = 0; i < n; ++i)

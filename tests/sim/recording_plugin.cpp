@@ -2,7 +2,9 @@
 /// process-wide log readable through rec_count/rec_get. Handles are distinct non-NULL objects whose first
 /// 8 bytes hold the event type; rec_set_null_types makes startEvent return NULL for the given type bits.
 /// At init it writes rec_set_init_mask's value (default: env REC_PLUGIN_MASK, else 0x46) to the mask.
-/// If env REC_PLUGIN_DUMP is set, the last finalize writes per-(call,type) counts to that file.
+/// If env REC_PLUGIN_DUMP is set, the last finalize writes per-(call,type) counts to that file; if
+/// REC_PLUGIN_TRACE is set, it writes every ProxyOp/ProxyStep call with its time there (one line per call:
+/// `<call> <type> <handle> <parent> <state> <arg> <wall_ns> <rank> <peer> <channel> <is_send> <comm_name>`).
 #include "recording_plugin.hpp"
 
 #include <ncclinsp/abi/nccl_profiler.hpp>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -39,6 +42,9 @@ rec_event blank(int v, int call) {
   e.abi = v;
   e.call = call;
   e.root = e.peer = e.n_channels = e.channel_id = e.pid = e.phase_id = e.group_depth = -1;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  e.wall_ns = std::uint64_t(ts.tv_sec) * 1000000000ull + std::uint64_t(ts.tv_nsec);
   return e;
 }
 
@@ -90,7 +96,8 @@ template <int V, class D> void fill(rec_event& e, const D& d) {
       if constexpr (V >= 7) e.user_tag = d.p2p.userTag;
       break;
     case ev_proxy_op:
-      e.pid = d.proxyOp.pid; e.channel_id = d.proxyOp.channelId; e.peer = d.proxyOp.peer; break;
+      e.pid = d.proxyOp.pid; e.channel_id = d.proxyOp.channelId; e.peer = d.proxyOp.peer;
+      e.count = std::size_t(d.proxyOp.isSend); break;
     case ev_kernel_ch:
       e.channel_id = d.kernelCh.channelId; e.ptimer = d.kernelCh.pTimer; break;
     default: break;
@@ -168,12 +175,34 @@ void dump_counts() {
   }
 }
 
+void dump_trace() {
+  const char* path = std::getenv("REC_PLUGIN_TRACE");
+  if (!path) return;
+  std::map<void*, const char*> names;  // context -> comm name
+  for (const auto& e : g_log)
+    if (e.call == rec_call_init) names[e.context] = e.comm_name;
+  FILE* f = std::fopen(path, "w");
+  if (!f) return;
+  for (const auto& e : g_log) {
+    if (e.type != abi::ev_proxy_op && e.type != abi::ev_proxy_step) continue;
+    const auto it = names.find(e.context);
+    std::fprintf(f, "%d %llu %p %p %d %llu %llu %d %d %d %d %s\n", e.call, (unsigned long long)e.type, e.handle, e.parent,
+                 e.state, (unsigned long long)e.arg, (unsigned long long)e.wall_ns, e.rank, e.peer, e.channel_id,
+                 e.call == rec_call_start && e.type == abi::ev_proxy_op ? int(e.count) : -1,
+                 it != names.end() ? it->second : "-");
+  }
+  std::fclose(f);
+}
+
 template <int V> abi::result_t finalize_ctx(void* ctx) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_finalize);
   e.context = ctx;
   g_log.push_back(e);
-  if (--g_live_contexts == 0) dump_counts();
+  if (--g_live_contexts == 0) {
+    dump_counts();
+    dump_trace();
+  }
   return abi::success;
 }
 

@@ -36,6 +36,7 @@ struct rec_event {
   int n_nodes, n_ranks;
   char comm_name[32];
   int* mask_ptr;
+  std::uint64_t wall_ns;  ///< CLOCK_MONOTONIC at the call
 };
 
 enum rec_call : int { rec_call_init = 0, rec_call_start = 1, rec_call_stop = 2, rec_call_record = 3, rec_call_finalize = 4 };

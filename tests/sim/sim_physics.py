@@ -13,9 +13,13 @@
   4. NVLink degradation slows only that node's NVLink-only communicator;
   5. a hung rank blocks its peers: no member completes the hung op or any later op; every member's
      final dump_stats counts it abandoned;
-  6. --random-fault SEED: deterministic, written to the summary, size 10-50 %.
+  6. --random-fault SEED: deterministic, written to the summary, size 10-50 %;
+  7. ProxyOp/ProxyStep events (recording plugin, wall-clock timed, --speed 1): network communicators only,
+     NCCL's state order per step; a straggler's successor waits for its data (step-0 RecvWait) and its
+     predecessor for its receive buffer (step-0 SendPeerWait); a slow NIC's senders spend longer per step in
+     the network (SendWait) than the other rail's.
 
-usage: sim_physics.py SIM PLUGIN WORKDIR
+usage: sim_physics.py SIM PLUGIN WORKDIR RECORDING_PLUGIN
 """
 import collections
 import glob
@@ -25,7 +29,7 @@ import shutil
 import subprocess
 import sys
 
-SIM, PLUGIN, WORK = sys.argv[1:4]
+SIM, PLUGIN, WORK, REC = sys.argv[1:5]
 FAILS = []
 
 
@@ -240,6 +244,83 @@ for seed in range(1, 40):
         break
 check(len(kinds) == 5, f"random faults cover every kind: {kinds}")
 print(f"random fault 7: {rf}; kinds seen {sorted(kinds)}")
+
+# ---- 7. proxy steps --------------------------------------------------------------------------------------
+out = os.path.join(WORK, "proxy")
+os.makedirs(out, exist_ok=True)
+trace = os.path.join(out, "trace.txt")
+env = dict(os.environ, REC_PLUGIN_MASK=str(0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40), REC_PLUGIN_TRACE=trace)
+# --speed 0.25: simulated waits last 4x longer in wall time (the plugin's clock), well above the sim's
+# 200 us emission resolution.
+p = subprocess.run([SIM, "--plugin", REC, "--single-process", "--nodes", "2", "--gpus", "2", "--duration", "2.4",
+                    "--speed", "0.25", "--straggler", "1:5@0.8-1.6", "--slow-nic", "1:1:60@1.6-2.4"],
+                   env=env, capture_output=True, text=True, timeout=120)
+check(p.returncode == 0, f"proxy run exited {p.returncode}: {p.stderr[-500:]}")
+pops, steps = {}, {}
+for line in open(trace):
+    call, typ, h, parent, state, arg, t, rank, peer, ch, is_send, comm = line.split()
+    call, typ, state, t = int(call), int(typ), int(state), int(t) / 1e9
+    if typ == 8 and call == 1:
+        pops[h] = dict(rank=int(rank), peer=int(peer), ch=int(ch), send=is_send == "1", comm=comm, t=t)
+    elif typ == 16 and call == 1:
+        steps[h] = dict(op=parent, t=t, states=[], stop=None)
+    elif typ == 16 and call == 3 and h in steps and steps[h]["stop"] is None:
+        steps[h]["states"].append((state, t))
+    elif typ == 16 and call == 2 and h in steps and steps[h]["stop"] is None:
+        steps[h]["stop"] = t
+check(pops and steps, "proxy: no ProxyOp/ProxyStep events")
+check(all(not o["comm"].startswith("tp") for o in pops.values()), "proxy: ProxyOps on the NVLink-only communicator")
+check({o["comm"].rstrip("0123456789") for o in pops.values()} == {"fsdp", "dp", "pp"},
+      f"proxy: ProxyOps on {sorted({o['comm'] for o in pops.values()})}")
+t_first = min(o["t"] for o in pops.values())
+bad_order = 0
+by = collections.defaultdict(list)  # (phase, comm, rank, peer, send, step_index) -> [waits]
+PH = {"healthy": (0.4, 2.8), "straggler": (3.8, 6.0), "nic": (7.0, 9.2)}  # wall s (speed 0.25)
+step_idx = collections.defaultdict(int)
+for h, st in steps.items():
+    op = pops.get(st["op"])
+    if op is None:
+        continue
+    seq = [x[0] for x in st["states"]]
+    want = [8, 20, 9] if op["send"] else [10, 11, 12]
+    if seq != want or st["stop"] is None or st["stop"] < st["states"][-1][1]:
+        bad_order += 1
+        continue
+    k = step_idx[st["op"]]
+    step_idx[st["op"]] += 1
+    ph = next((n for n, (lo, hi) in PH.items() if lo < op["t"] - t_first < hi), None)
+    if ph is None:
+        continue
+    ts = [x[1] for x in st["states"]] + [st["stop"]]
+    waits = [ts[1] - ts[0], ts[2] - ts[1], ts[3] - ts[2]]  # send: GPU, peer, network; recv: network, flush, GPU
+    by[(ph, op["comm"], op["rank"], op["peer"], op["send"], k)].append((waits, op["ch"]))
+check(bad_order == 0, f"proxy: {bad_order} steps out of NCCL's state order")
+
+
+def wait_mean(ph, comm, rank, peer, send, k, idx, ch_parity=None):
+    v = [w[idx] for key, lst in by.items() for (w, ch) in lst
+         if key[0] == ph and key[1] == comm and (rank is None or key[2] == rank) and (peer is None or key[3] == peer)
+         and key[4] == send and (k is None or key[5] == k) and (ch_parity is None or ch % 2 == ch_parity)]
+    v.sort()
+    return v[len(v) // 2] * 1e3 / 4 if v else float("nan")  # median, simulated ms
+
+
+# fsdp rank = global rank: the straggler is rank 1 (node0 GPU1); rank 3 (node1 GPU1) shares its rail.
+rw_s = wait_mean("straggler", "fsdp", 3, 1, False, 0, 0)
+rw_h = wait_mean("healthy", "fsdp", 3, 1, False, 0, 0)
+pw_s = wait_mean("straggler", "fsdp", 3, 1, True, 0, 1)
+own = wait_mean("straggler", "fsdp", 1, 3, False, 0, 0)
+check(rw_s > 3 and rw_h < 1.5, f"proxy straggler: rank 3's step-0 RecvWait from rank 1 {rw_h:.2f} -> {rw_s:.2f} ms")
+check(pw_s > 3, f"proxy straggler: rank 3's step-0 SendPeerWait to rank 1 {pw_s:.2f} ms (want > 3)")
+check(own < 1.5, f"proxy straggler: the straggler's own step-0 RecvWait {own:.2f} ms (want small)")
+# Slow NIC 1 of node1 (rails: odd fsdp channels): SendWait per step on that rail vs the other.
+sw = {ph: (wait_mean(ph, "fsdp", None, None, True, None, 2, 1), wait_mean(ph, "fsdp", None, None, True, None, 2, 0))
+      for ph in ("healthy", "nic")}
+check(sw["nic"][0] > 2 * sw["nic"][1], f"proxy slow NIC: SendWait per step NIC1 {sw['nic'][0]:.2f} ms vs NIC0 {sw['nic'][1]:.2f} ms")
+check(0.6 < sw["healthy"][0] / sw["healthy"][1] < 1.6, f"proxy healthy: SendWait per step by rail {sw['healthy']}")
+print(f"proxy: {len(pops)} ProxyOps, {len(steps)} steps in NCCL order; straggler: successor's step-0 RecvWait "
+      f"{rw_h:.2f} -> {rw_s:.2f} ms, predecessor's SendPeerWait {pw_s:.2f} ms, its own {own:.2f} ms; slow NIC: "
+      f"SendWait/step {sw['nic'][0]:.2f} ms vs {sw['nic'][1]:.2f} ms (healthy {sw['healthy'][0]:.2f} / {sw['healthy'][1]:.2f})")
 
 if FAILS:
     print(f"sim_physics: {len(FAILS)} failure(s)")
