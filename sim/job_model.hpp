@@ -87,7 +87,7 @@ struct options {
   int mask_override = -1;
   bool verbose = false;
   u64 seed = 1;
-  double launch_jitter_us = 20;  ///< each rank's launch time: + uniform [0, J) per op group
+  double launch_jitter_us = 5;  ///< each rank's launch time: + uniform [0, J) per op group
   std::vector<fault> faults;
   std::vector<hang> hangs;
   int nic_count() const noexcept { return nics > 0 ? nics : gpus; }
