@@ -82,7 +82,7 @@ class naive_collector {
     key.reserve(160);
     char hex[24];
     auto r = std::to_chars(hex, hex + sizeof hex, comm_hash, 16);
-    key.append("comm_hash=0x").append(hex, r.ptr).append(",rank=").append(std::to_string(rank));
+    key.append("comm_hash=0x").append(hex, static_cast<std::size_t>(r.ptr - hex)).append(",rank=").append(std::to_string(rank));
     key.append(",collective=").append(to_string(op.fn));
     key.append(",algo_proto=").append(to_string(op.alg)).append("_").append(to_string(op.pro));
     key.append(",message_size=").append(inspector_bucketer::label(inspector_bucketer::index(op.bytes)));

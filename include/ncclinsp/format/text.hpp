@@ -1,6 +1,9 @@
 #pragma once
 /// Text helpers shared by the serializers: locale-independent numbers, UTF-8 repair, escaping.
 /// Thread-safety: pure functions appending to a caller-owned string (cold path).
+/// Digits are appended as (pointer, count), not as an iterator pair: the latter goes through
+/// basic_string::replace, whose aliasing branch GCC 12 at -O3 misreads as an overlapping memcpy
+/// (-Wrestrict); the (pointer, count) overload has no such branch.
 
 #include <charconv>
 #include <cmath>
@@ -15,7 +18,7 @@ inline void append_double(std::string& out, double v) {
   if (!std::isfinite(v)) v = 0;
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
 /// Appends a double with a fixed number of decimals (JSON compat fields).
@@ -23,14 +26,14 @@ inline void append_fixed(std::string& out, double v, int decimals) {
   if (!std::isfinite(v)) v = 0;
   char buf[96];
   auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
 template <class I>
 inline void append_int(std::string& out, I v) {
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
 inline void append_hex64(std::string& out, std::uint64_t v) {
