@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -350,6 +351,43 @@ TEST_CASE("JSON verbose mode: event traces in callback order with real channel i
   for (auto p = trace.find("\"cat\":\"channel\""); p != std::string::npos; p = trace.find("\"cat\":\"channel\"", p + 1)) ++spans;
   CHECK(spans == 7);
   for (int c : {2, 3, 4, 5, 6, 7}) CHECK(trace.find("\"tp 0xabcdef0123456789 rank 1/4 ch " + std::to_string(c) + "\"") != std::string::npos);
+}
+
+TEST_CASE("symlinks planted at every name the plugin writes are never followed", "[plugin][hostile][symlink]") {
+  // A shared dump directory: another user plants links at our predictable names (JSON
+  // <host>-pid<pid>.log, the .prom file and its old pid-only temporary name, the trace file).
+  const std::string dir = fresh_dir("plugin");
+  const std::string victim = fresh_dir("victim") + "/precious";
+  const std::string content = "not the plugin's to write\n";
+  std::ofstream(victim) << content;
+  auto env = prom_env(dir);
+  env["NCCLINSP_SINKS"] = "prom,json,trace";
+  REQUIRE(in_child(env, [&] {
+            char host[256] = "unknown";
+            ::gethostname(host, sizeof host - 1);
+            const std::string pid = std::to_string(::getpid());
+            const std::string prom = "nccl_inspector_metrics_" + uuid_of(3) + ".prom";
+            for (const std::string& n : {std::string(host) + "-pid" + pid + ".log", prom, "." + prom + ".tmp." + pid, "nodeT-pid" + pid + ".trace.json"})
+              if (::symlink(victim.c_str(), (dir + "/" + n).c_str()) != 0) return 20;
+            return drive_basic(7);
+          }) == 0);
+  CHECK(slurp(victim) == content);
+  // The replaced-atomically files are ours now (the link itself was replaced); the JSON file was
+  // refused and is still the planted link.
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 1);
+  struct stat st {};
+  REQUIRE(::lstat(proms[0].c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(slurp(proms[0]).find("ncclinsp_ops_total{") != std::string::npos);
+  const auto traces = files_in(dir, ".trace.json");
+  REQUIRE(traces.size() == 1);
+  REQUIRE(::lstat(traces[0].c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  const auto logs = files_in(dir, ".log");
+  REQUIRE(logs.size() == 1);
+  REQUIRE(::lstat(logs[0].c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
 }
 
 TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", "[plugin][hostile]") {

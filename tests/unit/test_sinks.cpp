@@ -12,6 +12,7 @@
 #include "ncclinsp/sinks/callback_sink.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
+#include "ncclinsp/sinks/trace_sink.hpp"
 
 using namespace ncclinsp;
 
@@ -33,6 +34,24 @@ std::vector<std::string> list_dir(const std::string& d) {
   return out;
 }
 std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+/// A file outside `dir` that a hostile user wants us to overwrite; symlinks to it are planted at
+/// the names we write.
+struct victim {
+  std::string path;
+  std::string content = "precious: not ours to touch\n";
+  victim() : path(scratch_dir("victim")) { std::ofstream(path) << content; }
+  bool untouched() const { return fixture::slurp(path) == content; }
+  void plant(const std::string& at) const { REQUIRE(::symlink(path.c_str(), at.c_str()) == 0); }
+};
+bool is_symlink(const std::string& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+bool is_regular(const std::string& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
 }  // namespace
 
 TEST_CASE("PromTextfileSink writes one file per GPU, creating the directory", "[sink][prom]") {
@@ -184,4 +203,118 @@ TEST_CASE("any_sink accepts sink types and forwards optional members", "[sink]")
   s.shutdown();
   CHECK(s.name() == "sink");
   CHECK(n == 1);
+}
+
+TEST_CASE("Symlinks planted at the JSON file's name: refused with one warning, counted, records kept", "[sink][json][symlink]") {
+  const auto dir = scratch_dir("jlink");
+  REQUIRE(detail::make_dirs(dir) == 0);
+  const victim v;
+  v.plant(dir + "/x.log");
+  std::vector<std::string> warnings;
+  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view m) {
+                   if (l == log_level::warn) warnings.emplace_back(m);
+                 }});
+  const auto snap = fixture::make_snapshot();
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(v.untouched());
+  CHECK(is_symlink(dir + "/x.log"));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("symbolic link") != std::string::npos);
+  CHECK(sink.failed_exports() == 2);
+  ::unlink((dir + "/x.log").c_str());  // the owner removes the link: everything kept is written
+  CHECK(sink.write(snap) == export_result::success);
+  CHECK(is_regular(dir + "/x.log"));
+  CHECK(count_lines(fixture::slurp(dir + "/x.log")) == 3 * (snap.records.size() + snap.comms.size()));
+  CHECK(sink.dropped() == 0);
+  CHECK(v.untouched());
+}
+
+TEST_CASE("Symlinks planted at the rotated JSON name are replaced, never followed", "[sink][json][symlink]") {
+  const auto dir = scratch_dir("jrot");
+  REQUIRE(detail::make_dirs(dir) == 0);
+  const victim v;
+  v.plant(dir + "/r.log.1");
+  JsonSink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
+  const auto snap = fixture::make_snapshot();
+  for (int i = 0; i < 4; ++i) CHECK(sink.write(snap) == export_result::success);
+  CHECK(v.untouched());
+  CHECK(is_regular(dir + "/r.log.1"));  // the rename replaced the link itself
+  CHECK(fixture::slurp(dir + "/r.log.1").find("\"dump_stats\"") != std::string::npos);
+  // A link at the live name is not rotated either (that would move it to .1): it is refused.
+  ::unlink((dir + "/r.log").c_str());
+  v.plant(dir + "/r.log");
+  const std::string rotated = fixture::slurp(dir + "/r.log.1");
+  CHECK(sink.write(snap) == export_result::failure);
+  CHECK(v.untouched());
+  CHECK(is_symlink(dir + "/r.log"));
+  CHECK(fixture::slurp(dir + "/r.log.1") == rotated);
+}
+
+TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never followed", "[sink][prom][symlink]") {
+  const auto dir = scratch_dir("plink");
+  REQUIRE(detail::make_dirs(dir) == 0);
+  const victim v;
+  const auto snap = fixture::make_snapshot();
+  const auto uuids = format::gpu_uuids(snap);
+  REQUIRE(uuids.size() == 2);
+  const std::string name = prom_file_name(uuids[0]);
+  v.plant(dir + "/" + name);
+  // The name this sink used before it had unpredictable suffixes, and the pid-only prefix of today's.
+  v.plant(dir + "/." + name + ".tmp." + std::to_string(::getpid()));
+  PromTextfileSink sink({.dir = dir});
+  CHECK(sink.write(snap) == export_result::success);
+  CHECK(v.untouched());
+  CHECK(is_regular(dir + "/" + name));
+  std::string want;
+  format::write_prometheus(want, snap, uuids[0]);
+  CHECK(fixture::slurp(dir + "/" + name) == want);
+  CHECK(sink.failed_exports() == 0);
+  // No temporary file left behind, and temporary names are not predictable from the pid.
+  std::size_t temps = 0;
+  for (const auto& f : list_dir(dir)) temps += f.find(".tmp.") != std::string::npos;
+  CHECK(temps == 1);  // only the planted link
+  const std::string a = detail::temp_path(dir, name), b = detail::temp_path(dir, name);
+  CHECK(a != b);
+  CHECK(a.rfind(dir + "/." + name + ".tmp." + std::to_string(::getpid()) + ".", 0) == 0);
+  // An existing entry at a temporary name (link or file) is never opened: O_EXCL | O_NOFOLLOW.
+  v.plant(a);
+  CHECK(detail::open_nofollow(a, O_EXCL) == -1);
+  CHECK(errno == EEXIST);
+  CHECK(v.untouched());
+}
+
+TEST_CASE("Symlink planted at the trace file's name is replaced, never followed", "[sink][trace][symlink]") {
+  const auto dir = scratch_dir("tlink");
+  REQUIRE(detail::make_dirs(dir) == 0);
+  const victim v;
+  trace_sink sink({.dir = dir, .trigger_file = false, .write_at_exit = false});
+  const auto snap = fixture::make_snapshot();
+  CHECK(sink.write(snap) == export_result::success);  // no dump requested yet: names known
+  v.plant(sink.path());
+  CHECK(sink.dump() == export_result::success);
+  CHECK(v.untouched());
+  CHECK(is_regular(sink.path()));
+  CHECK(fixture::slurp(sink.path()).find("\"traceEvents\"") != std::string::npos);
+  CHECK(sink.failed_exports() == 0);
+}
+
+TEST_CASE("Directories the sinks create are 0755 at most, never world-writable", "[sink][symlink]") {
+  const auto base = scratch_dir("mode");
+  const mode_t old = ::umask(0);  // the most permissive umask: our own mode must hold
+  JsonSink json({.dir = base + "/j/k", .file_name = "x.log"});
+  PromTextfileSink prom({.dir = base + "/p/q"});
+  const auto snap = fixture::make_snapshot();
+  const bool ok = json.write(snap) == export_result::success && prom.write(snap) == export_result::success;
+  ::umask(old);
+  CHECK(ok);
+  for (const char* d : {"/j", "/j/k", "/p", "/p/q"}) {
+    struct stat st {};
+    REQUIRE(::stat((base + d).c_str(), &st) == 0);
+    INFO(d);
+    CHECK((st.st_mode & 07777) == 0755);
+  }
+  struct stat st {};
+  REQUIRE(::stat((base + "/j/k/x.log").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
 }

@@ -1,16 +1,24 @@
 #pragma once
-/// Atomic file replacement: write `<dir>/.<name>.tmp.<pid>`, rename over `<dir>/<name>`.
+/// Atomic file replacement: write `<dir>/.<name>.tmp.<pid>.<random>`, rename over `<dir>/<name>`.
 /// Readers (node_exporter) see the old file or the new one, never a partial one (no fsync: metrics
 /// need atomic visibility, not crash durability, and fsync can stall for seconds); on any error
 /// (ENOSPC, EACCES, EFBIG...) the temp file is removed and the old file stays. Creates `dir`
-/// (and parents) if missing. Thread-safety: reentrant (cold path, called by the exporter).
+/// (and parents, mode 0755 less the umask) if missing. Thread-safety: reentrant (cold path, called
+/// by the exporter).
+/// Shared directories (node_exporter's textfile folder): no file is opened through a symlink. The
+/// temporary file is created with O_EXCL | O_NOFOLLOW under an unpredictable name, so a link planted
+/// there makes the open fail instead of truncating its target; the rename replaces a link at
+/// `<name>` itself, never what it points to. Appending writers use open_nofollow (ELOOP on a link).
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -44,13 +52,46 @@ inline int write_all(int fd, std::string_view data) {
   return 0;
 }
 
+/// Opens `path` for writing (`flags` | O_WRONLY | O_CREAT, mode 0644 less the umask) without
+/// following a symlink at its last component: a link there fails with ELOOP. Returns the fd or -1.
+inline int open_nofollow(const std::string& path, int flags) {
+  return ::open(path.c_str(), flags | O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
+/// The warning text for an errno value of ours: ELOOP means a symlink was refused.
+inline std::string describe_error(int err) {
+  if (err == ELOOP) return "a symbolic link is in the way (not followed; remove it)";
+  return std::strerror(err);
+}
+
+/// `<dir>/.<name>.tmp.<pid>.<16 hex digits>`: the digits come from getrandom(), so another user
+/// of a shared directory cannot plant a link at the next name (O_EXCL refuses it anyway).
+inline std::string temp_path(const std::string& dir, const std::string& name) {
+  std::uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r)) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);  // no entropy yet (early boot): still unique per call
+    r = (static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'007ull) ^ static_cast<std::uint64_t>(ts.tv_nsec) ^
+        reinterpret_cast<std::uintptr_t>(&r);
+  }
+  char hex[17];
+  for (int i = 15; i >= 0; --i, r >>= 4) hex[i] = "0123456789abcdef"[r & 15];
+  hex[16] = 0;
+  return dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." + hex;
+}
+
 /// Replaces `<dir>/<name>` with `data` atomically; returns 0 or an errno value.
 inline int write_file_atomic(const std::string& dir, const std::string& name, std::string_view data) {
   if (int e = make_dirs(dir)) return e;
   const std::string path = dir + "/" + name;
-  const std::string tmp = dir + "/." + name + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0 && attempt < 4; ++attempt) {  // a fresh name if one is taken
+    tmp = temp_path(dir, name);
+    fd = open_nofollow(tmp, O_EXCL);
+    if (fd < 0 && errno != EEXIST) return errno;
+  }
+  if (fd < 0) return EEXIST;
   int err = write_all(fd, data);
   if (::close(fd) != 0 && !err) err = errno;
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;

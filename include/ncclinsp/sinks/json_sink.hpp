@@ -4,7 +4,9 @@
 /// reaches the file or is counted: on a write error the lines wait in memory (up to
 /// `max_pending_bytes`) and are retried at the next export; beyond that they are dropped and
 /// counted in the next `dump_stats` record. With `max_file_bytes` the file rotates to `<file>.1`;
-/// records discarded with an older `.1` are counted the same way.
+/// records discarded with an older `.1` are counted the same way. The file is never opened through
+/// a symlink (O_NOFOLLOW): a link planted at its name is refused with one warning, the export
+/// counts as failed and the lines wait in memory as for any write error.
 /// Thread-safety: exporter thread only (cold path).
 
 #include <fcntl.h>
@@ -66,11 +68,11 @@ class json_sink {
       }
       unreported_.clear();  // reported now; those of communicators no longer exported with them
       reported_by_sink_ = dropped_by_sink_;  // in these dump_stats; cleared once they are written
-      return flush_pending();
+      return counted(flush_pending());
     } catch (...) {
       pending_.resize(std::min(mark, pending_.size()));
       pending_lines_ = lines;
-      return export_result::failure;
+      return counted(export_result::failure);
     }
   }
 
@@ -80,9 +82,10 @@ class json_sink {
     const std::size_t mark = pending_.size();
     try {
       format_records(snap);
-      return flush_pending();
+      return counted(flush_pending());
     } catch (...) {
       pending_.resize(std::min(mark, pending_.size()));  // no half-written line stays pending
+      ++failed_exports_;
       return export_result::failure;
     }
   }
@@ -94,6 +97,8 @@ class json_sink {
   std::string_view name() const noexcept { return "json"; }
   /// Records lost so far (write errors beyond the pending limit, rotation).
   std::uint64_t dropped() const noexcept { return dropped_total_; }
+  /// Exports whose lines could not all be written (they stay pending).
+  std::uint64_t failed_exports() const noexcept { return failed_exports_; }
   std::string path() const {
     if (!o_.file_name.empty()) return o_.dir + "/" + o_.file_name;
     char host[256] = "unknown";
@@ -107,8 +112,9 @@ class json_sink {
     int err = detail::make_dirs(o_.dir);
     const std::string p = path();
     if (!err && o_.max_file_bytes) {
-      struct stat st {};
-      if (::stat(p.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) + pending_.size() > o_.max_file_bytes && st.st_size > 0) {
+      struct stat st {};  // lstat: a symlink is never rotated (the open below refuses it)
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) + pending_.size() > o_.max_file_bytes &&
+          st.st_size > 0) {
         dropped_by_sink_ += rotated_lines_;  // the previous .1 is discarded now
         dropped_total_ += rotated_lines_;
         if (::rename(p.c_str(), (p + ".1").c_str()) == 0) {
@@ -118,7 +124,7 @@ class json_sink {
       }
     }
     if (!err) {
-      const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      const int fd = detail::open_nofollow(p, O_APPEND);
       if (fd < 0) {
         err = errno;
       } else {
@@ -156,7 +162,7 @@ class json_sink {
       reported_by_sink_ = 0;
       return export_result::success;
     }
-    if (err != last_err_) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + std::strerror(err) + " (records kept in memory, retrying)");
+    if (err != last_err_) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + detail::describe_error(err) + " (records kept in memory, retrying)");
     last_err_ = err;
     if (pending_.size() > o_.max_pending_bytes) {  // bounded memory: drop the oldest lines, counted
       const std::size_t cut = pending_.find('\n', pending_.size() - o_.max_pending_bytes);
@@ -168,6 +174,11 @@ class json_sink {
       dropped_total_ += lines;
     }
     return export_result::failure;
+  }
+
+  export_result counted(export_result r) noexcept {
+    failed_exports_ += r == export_result::failure;
+    return r;
   }
 
   static std::uint64_t comm_key(const comm_desc& d) noexcept { return d.hash ^ (static_cast<std::uint64_t>(d.rank) << 48); }
@@ -193,7 +204,7 @@ class json_sink {
   std::map<std::uint64_t, std::uint64_t> unreported_;  // records written since their communicator's last dump_stats
   std::string pending_;
   std::uint64_t pending_lines_ = 0, file_lines_ = 0, rotated_lines_ = 0;
-  std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0, reported_by_sink_ = 0;
+  std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0, reported_by_sink_ = 0, failed_exports_ = 0;
   int last_err_ = 0;
   std::map<std::uint64_t, std::uint64_t> last_drops_;
 };

@@ -4,6 +4,8 @@
 /// missing it is created; when it cannot be written (unwritable, a regular file, disk full) the
 /// sink warns once per distinct error, keeps nothing on disk half-written, and writes the current
 /// values on the next export that succeeds (the collector holds the data, so nothing is lost).
+/// Symlinks are never followed (detail/atomic_file.hpp): one planted at a file's name is replaced
+/// by the new file, one at a temporary name makes that export fail with a warning.
 /// Thread-safety: exporter thread only (cold path).
 
 #include <cctype>
@@ -54,7 +56,7 @@ class basic_prom_textfile_sink {
         if (err) {
           res = export_result::failure;
           if (err != last_err_)
-            emit(o_.log, log_level::warn, "cannot write " + o_.dir + "/" + name + ": " + std::strerror(err) +
+            emit(o_.log, log_level::warn, "cannot write " + o_.dir + "/" + name + ": " + detail::describe_error(err) +
                                               " (metrics kept in memory, retrying at the next export)");
           last_err_ = err;
         } else {
@@ -63,8 +65,10 @@ class basic_prom_textfile_sink {
           written_.insert(name);
         }
       }
+      failed_exports_ += res == export_result::failure;
       return res;
     } catch (...) {
+      ++failed_exports_;
       return export_result::failure;
     }
   }
@@ -74,10 +78,13 @@ class basic_prom_textfile_sink {
     for (const auto& n : written_) ::unlink((o_.dir + "/" + n).c_str());
   }
   std::string_view name() const noexcept { return "prometheus-textfile"; }
+  /// Exports in which some file could not be written.
+  std::uint64_t failed_exports() const noexcept { return failed_exports_; }
 
  private:
   prom_textfile_options o_;
   int last_err_ = 0;
+  std::uint64_t failed_exports_ = 0;
   std::set<std::string> written_;
 };
 

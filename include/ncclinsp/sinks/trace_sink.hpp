@@ -9,7 +9,8 @@
 ///    trace_sink::request_dump() from any thread: the handler only bumps an atomic counter; the
 ///    trace is written at the next export;
 ///  * shutdown() (the exporter's final export) when `write_at_exit`.
-/// The file `<dir>/<node>-pid<pid>.trace.json` is replaced atomically at each dump.
+/// The file `<dir>/<node>-pid<pid>.trace.json` is replaced atomically at each dump, never through a
+/// symlink (detail/atomic_file.hpp).
 /// Tracks: pid = one GPU of this process (`trace_grouping::device`, the rank's device) or the node
 /// (`trace_grouping::node`), tid = one communicator on that GPU, followed by one track per channel
 /// of it when the records carry an op_trace (the plugin records them when this sink is on). The
@@ -111,19 +112,23 @@ class trace_sink {
           {"records_total", std::to_string(total_)}, {"events_evicted", std::to_string(evicted_)}};
       format::write_chrome_trace(out, procs_, threads_, ev, other);
       if (int err = detail::write_file_atomic(o_.dir, file_name(), out)) {
-        emit(o_.log, log_level::warn, "trace sink: cannot write " + path() + ": " + std::strerror(err));
+        emit(o_.log, log_level::warn, "trace sink: cannot write " + path() + ": " + detail::describe_error(err));
+        ++failed_exports_;
         return export_result::failure;
       }
       ++dumps_;
       emit(o_.log, log_level::info, "trace sink: wrote " + std::to_string(ev.size()) + " ops to " + path());
       return export_result::success;
     } catch (...) {
+      ++failed_exports_;
       return export_result::failure;
     }
   }
 
   std::string path() const { return o_.dir + "/" + file_name(); }
   std::uint64_t dumps() const noexcept { return dumps_; }
+  /// Dumps that could not be written.
+  std::uint64_t failed_exports() const noexcept { return failed_exports_; }
   std::size_t size() const noexcept { return ring_.size(); }
   /// Records seen in total; size() of them are kept.
   std::uint64_t total() const noexcept { return total_; }
@@ -229,7 +234,7 @@ class trace_sink {
   std::uint64_t seen_requests_ = 0;
   std::vector<format::trace_event> ring_;
   std::size_t head_ = 0;  ///< oldest element once the ring is full
-  std::uint64_t total_ = 0, evicted_ = 0, dumps_ = 0;  // op records seen, events overwritten, files written
+  std::uint64_t total_ = 0, evicted_ = 0, dumps_ = 0, failed_exports_ = 0;  // op records seen, events overwritten, files written, failed dumps
   std::map<std::string, std::uint32_t> pid_of_;
   std::map<std::tuple<std::uint32_t, std::uint64_t, int, int>, std::uint32_t> tid_of_;  // (pid, hash, rank, channel or -1)
   std::vector<format::trace_process> procs_;
