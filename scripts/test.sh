@@ -21,17 +21,52 @@ ROOT=$PWD
 stage_start=$SECONDS
 stage() { echo "== $1 (+$((SECONDS - stage_start)) s)"; }
 
-stage "configure ($BUILD)"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Every configuration: warnings are errors, and a tool the tests check with (promtool) must exist.
+STRICT=(-G Ninja -DNCCLINSP_WERROR=ON -DNCCLINSP_REQUIRE_TEST_TOOLS=ON)
+# ctest in <dir> with the given filters. Nothing may be skipped: a test that exits 77 ("skipped",
+# its tool or input missing) or does not run fails the command, as does a filter matching nothing.
+run_ctest() {
+  local dir=$1 log
+  shift
+  log=$(mktemp)
+  (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 600 --no-tests=error "$@") | tee "$log"
+  if grep -qE '\*\*\*(Skipped|Not Run)|tests did not run' "$log"; then
+    echo "FAIL: tests were skipped in $dir (listed above); the test command installs every tool they need"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+# The C++ suites, for the extra configurations (no live stack, linters or fuzzing: those do not
+# depend on the compiler or the optimisation level and run in the main stage).
+SUITES_ONLY=(-E "^(pipeline\.|header_self_contained$|consumer_|examples_standalone|report_html_chromium$)")
+
+stage "configure ($BUILD): g++ RelWithDebInfo"
+cmake -S . -B "$BUILD" "${STRICT[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 stage "build"
 cmake --build "$BUILD" -j "$JOBS"
 stage "test"
-(cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600)
+run_ctest "$BUILD"
+
+# Release (-O3), what users build first: the whole tree with g++ (its -O3 diagnostics differ from
+# -O2's) and the whole tree with clang++; the C++ suites run on the clang build.
+# NCCLINSP_RELEASE=0 skips these stages.
+if [[ "${NCCLINSP_RELEASE:-1}" != 0 ]]; then
+  stage "g++ Release (-O3): configure and build the whole tree (build-rel-o3)"
+  cmake -S . -B build-rel-o3 "${STRICT[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-rel-o3 -j "$JOBS"
+
+  stage "clang++ Release (-O3): configure and build the whole tree (build-rel-clang)"
+  CXX=clang++ cmake -S . -B build-rel-clang "${STRICT[@]}" -DCMAKE_BUILD_TYPE=Release -DNCCLINSP_FUZZ_SMOKE=OFF >/dev/null
+  cmake --build build-rel-clang -j "$JOBS"
+  stage "clang++ Release: test the C++ suites"
+  run_ctest build-rel-clang "${SUITES_ONLY[@]}"
+fi
 
 # Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
 # bench/examples/tools. ASan+UBSan: the unit, plugin, reliability and embedded suites (LeakSanitizer included;
 # forked plugin children run it before _exit). TSan: the concurrency tests.
-SAN_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
+SAN_COMMON=("${STRICT[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
             -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
 UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options)
 if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
@@ -43,15 +78,13 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
   cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded
   stage "asan+ubsan: test"
-  (cd build-rel-asan && ctest --output-on-failure -j "$JOBS" --timeout 600 \
-     -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability|embedded)):")
+  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability|embedded)):"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
   cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_reliability
   stage "tsan: test"
-  (cd build-rel-tsan && ctest --output-on-failure -j "$JOBS" --timeout 600 \
-     -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode)")
+  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode)"
 fi
 stage "done"
 cd "$ROOT"

@@ -401,7 +401,9 @@ TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", 
             auto p = keep.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
             keep.complete(p, t0, t0 + 1000);
             for (int i = 0; i < 1000; ++i) {
-              sim::comm_driver c(lib, {.comm_hash = 100u + i, .name = "c" + std::to_string(i), .n_ranks = 2});
+              std::string name = "c";  // appended, not "c" + std::string: GCC 12 -O3 misreads that insert (-Wrestrict)
+              name += std::to_string(i);
+              sim::comm_driver c(lib, {.comm_hash = 100u + i, .name = name, .n_ranks = 2});
               if (c.init_result() != ncclinsp::abi::success) return 1;
               auto q = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
               c.complete(q, t0, t0 + 1000);
