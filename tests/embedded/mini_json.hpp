@@ -10,26 +10,38 @@
 
 namespace mini_json {
 
+struct member;
+
 struct value {
   enum kind_t { null, boolean, number, string, array, object } kind = null;
   bool b = false;
   std::string text;  // number text or string value
   std::vector<value> items;
-  std::vector<std::pair<std::string, value>> members;
+  std::vector<member> members;  // not std::pair<std::string, value>: clang rejects that recursion (libstdc++'s pair checks value while it is incomplete)
 
-  bool has(std::string_view k) const {
-    for (const auto& [mk, mv] : members)
-      if (mk == k) return true;
-    return false;
-  }
-  const value& operator[](std::string_view k) const {
-    for (const auto& [mk, mv] : members)
-      if (mk == k) return mv;
-    throw std::runtime_error("missing key " + std::string(k));
-  }
+  bool has(std::string_view k) const;
+  const value& operator[](std::string_view k) const;
   const value& operator[](std::size_t i) const { return items.at(i); }
-  std::size_t size() const { return kind == array ? items.size() : members.size(); }
+  std::size_t size() const;
 };
+
+/// One object member, in document order.
+struct member {
+  std::string first;
+  value second;
+};
+
+inline bool value::has(std::string_view k) const {
+  for (const auto& [mk, mv] : members)
+    if (mk == k) return true;
+  return false;
+}
+inline const value& value::operator[](std::string_view k) const {
+  for (const auto& [mk, mv] : members)
+    if (mk == k) return mv;
+  throw std::runtime_error(std::string("missing key ").append(k));
+}
+inline std::size_t value::size() const { return kind == array ? items.size() : members.size(); }
 
 class parser {
  public:
@@ -66,7 +78,7 @@ class parser {
         if (peek() != '"') fail("expected key");
         std::string k = parse_string();
         expect(':');
-        v.members.emplace_back(std::move(k), parse_value());
+        v.members.push_back({std::move(k), parse_value()});
         if (peek() == ',') { ++i_; continue; }
         expect('}');
         return v;
