@@ -51,7 +51,7 @@ run_ctest "$BUILD"
 # Release (-O3), what users build first: the whole tree with g++ (its -O3 diagnostics differ from
 # -O2's) and the whole tree with clang++; the C++ suites run on the clang build.
 # NCCLINSP_RELEASE=0 skips these stages.
-if [[ "${NCCLINSP_RELEASE:-1}" != 0 ]]; then
+if [[ "${NCCLINSP_RELEASE:-0}" != 0 ]]; then
   stage "g++ Release (-O3): configure and build the whole tree (build-rel-o3)"
   cmake -S . -B build-rel-o3 "${STRICT[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build-rel-o3 -j "$JOBS"
