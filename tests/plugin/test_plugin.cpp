@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -62,8 +63,13 @@ int drive_basic(int abi) {
   const auto begin = std::chrono::steady_clock::now();
   comm.finalize();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
-  // finalize waits at most 100 ms for the final export (bench/ measures it); allow for a loaded CI machine.
-  return ms < 1000 ? 0 : 14;
+  // finalize waits at most 100 ms for the final export (bench/ measures it); 250 ms leaves slack
+  // for a loaded 2-core machine and still fails a finalize that waits for a slow export.
+  if (ms > 250) {
+    std::fprintf(stderr, "finalize took %lld ms (bound 100 ms)\n", static_cast<long long>(ms));
+    return 14;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -412,7 +418,8 @@ TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", 
           }) == 0);
   const std::string text = slurp(files_in(dir, ".prom").at(0));
   CHECK(text.find("comm_name=\"q\\\"b\\\\n\\nl\xEF\xBF\xBD\xEF\xBF\xBD") != std::string::npos);
-  if (std::string(NCCLINSP_PROMTOOL).empty()) return;
+  INFO("promtool not found at configure time (the test command installs prometheus)");
+  REQUIRE_FALSE(std::string(NCCLINSP_PROMTOOL).empty());
   const std::string cmd = std::string(NCCLINSP_PROMTOOL) + " check metrics < " + files_in(dir, ".prom").at(0) + " 2>&1 | grep -v microseconds";
   FILE* pp = ::popen(cmd.c_str(), "r");
   std::string out;

@@ -7,6 +7,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <sys/mount.h>
 #include <sys/types.h>
 #include <sys/resource.h>
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdarg>
 #include <condition_variable>
 #include <cstdlib>
@@ -47,9 +50,9 @@ using namespace std::chrono_literals;
 namespace {
 
 /// promtool's findings, less the two known unit lints on Inspector's `*_microseconds` names.
-/// Empty when promtool is not installed.
+/// Not installed is a finding too (the test command installs it; nothing passes by skipping).
 std::string promtool_findings(const std::string& file) {
-  if (std::string(NCCLINSP_PROMTOOL).empty()) return {};
+  if (std::string(NCCLINSP_PROMTOOL).empty()) return "promtool not found at configure time";
   return run_cmd(std::string(NCCLINSP_PROMTOOL) + " check metrics < '" + file + "' 2>&1 | grep -v microseconds");
 }
 
@@ -302,15 +305,18 @@ TEST_CASE("dump directory is a regular file, or under one: a warning, metrics ke
 }
 
 namespace {
-bool try_tmpfs(const std::string& dir, const char* opts) { return ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts) == 0; }
+/// Mounts a tmpfs on `dir`. The test command runs as root: a failure here fails the test (a test
+/// that cannot set up its disk must not pass); the reason is printed.
+bool mount_tmpfs(const std::string& dir, const char* opts) {
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts) == 0) return true;
+  std::fprintf(stderr, "mount tmpfs on %s failed: %s (the test command runs as root)\n", dir.c_str(), std::strerror(errno));
+  return false;
+}
 }  // namespace
 
 TEST_CASE("dump directory read-only (tmpfs remount): a warning, no crash, written after", "[reliability][dumpdir]") {
   const std::string dir = fresh_dir("rel");
-  if (!try_tmpfs(dir, "size=256k,mode=0755")) {
-    WARN("mount not permitted here; skipped (the regular-file cases cover unwritable directories)");
-    return;
-  }
+  REQUIRE(mount_tmpfs(dir, "size=256k,mode=0755"));
   REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=256k") == 0);
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
@@ -380,10 +386,7 @@ TEST_CASE("disk full (RLIMIT_FSIZE): no partial file visible, a warning, retried
 
 TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried later", "[reliability][diskfull]") {
   const std::string dir = fresh_dir("rel");
-  if (!try_tmpfs(dir, "size=64k")) {
-    WARN("mount not permitted here; skipped (the RLIMIT_FSIZE case covers a full disk)");
-    return;
-  }
+  REQUIRE(mount_tmpfs(dir, "size=64k"));
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
   env["NCCLINSP_RETAIN_FINALIZED_S"] = "0";
@@ -699,38 +702,59 @@ TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complet
   CHECK(json_lines_check(logs[0]) == "ok");
 }
 
-TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at exit() the final records still land",
-          "[reliability][teardown]") {
-  // The JSON file is a FIFO nobody reads yet: the final export blocks in open() like a hung
-  // filesystem. finalize must return (bounded); exit() then waits (bounded) for the export, which
-  // lands once a reader appears. The default configuration exports only at teardown, so this final
-  // export is all the data there is.
-  const std::string dir = fresh_dir("rel");
-  char host[256] = "unknown";
-  ::gethostname(host, sizeof host - 1);
-  constexpr int n_ops = 40;
+namespace {
+/// CLOCK_MONOTONIC in ns (system-wide: comparable between a parent and its child).
+std::uint64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+/// Forks a child that writes 40 ops through the JSON sink into a FIFO nobody reads (the final
+/// export blocks in open() like a hung filesystem), finalizes, writes "<finalize ms> <mono ns>" to
+/// `<dir>/finalized` and leaves through exit(). Returns the child's pid.
+pid_t fork_hung_sink_child(const std::string& dir, const std::string& host, const std::map<std::string, std::string>& extra_env, int n_ops) {
   std::fflush(nullptr);
   const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (const auto& [k, v] : base_env(dir, "json")) ::setenv(k.c_str(), v.c_str(), 1);
-    const std::string fifo = dir + "/" + host + "-pid" + std::to_string(::getpid()) + ".log";
-    if (::mkfifo(fifo.c_str(), 0644) != 0) ::_exit(1);
-    int rc = 0;
-    {
-      sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
-      set_device(0);
-      sim::comm_driver c(lib, {.comm_hash = 77, .name = "hung", .n_ranks = 2});
-      for (int i = 0; i < n_ops; ++i) one_op(c, t0 + i * 1'000'000ull);
-      const auto begin = std::chrono::steady_clock::now();
-      c.finalize();
-      if (std::chrono::steady_clock::now() - begin > 1s) rc = 2;  // 100 ms bound, generous for loaded CI
-    }
-    std::fflush(nullptr);
-    std::exit(rc);  // runs the plugin's exit handler
-  }
-  const std::string fifo = dir + "/" + host + "-pid" + std::to_string(pid) + ".log";
-  REQUIRE(wait_for([&] { return ::access(fifo.c_str(), F_OK) == 0; }));
-  std::this_thread::sleep_for(400ms);  // the child's finalize has hit its bound by now
+  if (pid != 0) return pid;
+  auto env = base_env(dir, "json");
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  const std::string fifo = dir + "/" + host + "-pid" + std::to_string(::getpid()) + ".log";
+  if (::mkfifo(fifo.c_str(), 0644) != 0) ::_exit(1);
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  set_device(0);
+  sim::comm_driver c(lib, {.comm_hash = 77, .name = "hung", .n_ranks = 2});
+  for (int i = 0; i < n_ops; ++i) one_op(c, t0 + i * 1'000'000ull);
+  const auto begin = std::chrono::steady_clock::now();
+  c.finalize();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
+  std::ofstream(dir + "/finalized") << ms << " " << mono_ns() << "\n";
+  std::fflush(nullptr);
+  std::exit(0);  // runs the plugin's exit handler
+}
+
+std::string hostname() {
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+}  // namespace
+
+TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at exit() the final records still land",
+          "[reliability][teardown]") {
+  // The sink stays stuck until finalize has returned (and longer): a finalize that waited for it
+  // would never return, and the parent would time out. Bound: 100 ms promised, 200 ms asserted
+  // (slack for a loaded 2-core machine). exit() then waits (bounded) for the export, which lands
+  // once a reader appears. The default configuration exports only at teardown, so this final
+  // export is all the data there is.
+  const std::string dir = fresh_dir("rel");
+  constexpr int n_ops = 40;
+  const pid_t pid = fork_hung_sink_child(dir, hostname(), {}, n_ops);
+  const std::string fifo = dir + "/" + hostname() + "-pid" + std::to_string(pid) + ".log";
+  const bool returned = wait_for([&] { return slurp(dir + "/finalized").find('\n') != std::string::npos; }, 5s);
+  std::this_thread::sleep_for(300ms);  // stuck well past the bound
+  // Now a reader appears (also when finalize never returned, so the child is not left blocked).
   const int fd = ::open(fifo.c_str(), O_RDONLY);
   REQUIRE(fd >= 0);
   std::string text;
@@ -739,6 +763,10 @@ TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at ex
   ::close(fd);
   int st = 0;
   ::waitpid(pid, &st, 0);
+  REQUIRE(returned);  // finalize returned while the sink was still stuck
+  const long finalize_ms = std::stol(slurp(dir + "/finalized"));
+  INFO("finalize took " << finalize_ms << " ms with the sink stuck");
+  CHECK(finalize_ms <= 200);
   CHECK(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 0);
   const std::string copy = dir + "/copy.log";
@@ -747,4 +775,210 @@ TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at ex
   std::size_t records = 0;
   for (std::size_t p = 0; (p = text.find("\"coll_perf\"", p)) != std::string::npos; ++p) ++records;
   CHECK(records == n_ops);
+}
+
+TEST_CASE("a sink that never recovers: finalize within its bound, process exit within NCCLINSP_EXIT_FLUSH_MS", "[reliability][teardown]") {
+  // Nobody ever opens the FIFO: the final export never finishes. exit() waits for it exactly
+  // NCCLINSP_EXIT_FLUSH_MS (here 300 ms), then the process ends anyway.
+  const std::string dir = fresh_dir("rel");
+  constexpr long flush_ms = 300;
+  const pid_t pid = fork_hung_sink_child(dir, hostname(), {{"NCCLINSP_EXIT_FLUSH_MS", std::to_string(flush_ms)}}, 10);
+  int st = 0;
+  pid_t done = 0;
+  const auto limit = std::chrono::steady_clock::now() + 10s;
+  while ((done = ::waitpid(pid, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < limit) std::this_thread::sleep_for(5ms);
+  const std::uint64_t exited = mono_ns();
+  if (done == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &st, 0);
+  }
+  REQUIRE(done == pid);  // the process ended on its own
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  std::istringstream in(slurp(dir + "/finalized"));
+  long finalize_ms = -1;
+  std::uint64_t at = 0;
+  in >> finalize_ms >> at;
+  REQUIRE(at != 0);
+  const double exit_ms = static_cast<double>(exited - at) * 1e-6;
+  INFO("finalize " << finalize_ms << " ms, exit() " << exit_ms << " ms");
+  CHECK(finalize_ms <= 200);
+  CHECK(exit_ms >= flush_ms - 10);   // it did give the export its chance
+  CHECK(exit_ms <= flush_ms + 500);  // and not much more (slack: a loaded 2-core machine, 5 ms polling)
+}
+
+// ---- 7. finalize racing NCCL's threads ------------------------------------------------------------------
+
+namespace {
+/// Raw v7 calls for one communicator, as NCCL's threads make them (no driver state shared between
+/// the threads, so only the plugin's own synchronization is exercised).
+struct raw_comm {
+  const abi::profiler_v7* t;
+  void* ctx = nullptr;
+  static constexpr int channels = 2;
+
+  void* start_coll(std::uint64_t seq) const {
+    abi::descr_v7 d{};
+    d.type = abi::ev_coll;
+    d.coll.seqNumber = seq;
+    d.coll.func = "AllReduce";
+    d.coll.datatype = "ncclFloat32";
+    d.coll.count = 1 << 20;
+    d.coll.nChannels = channels;
+    d.coll.algo = "RING";
+    d.coll.proto = "SIMPLE";
+    void* h = nullptr;
+    t->startEvent(ctx, &h, &d);
+    return h;
+  }
+  /// The proxy side of one op: ProxyOps and every KernelCh start, stop state and stop.
+  void kernel(void* parent, std::uint64_t at) const {
+    for (std::uint8_t ch = 0; ch < channels; ++ch) {
+      abi::descr_v7 d{};
+      d.type = abi::ev_proxy_op;
+      d.parentObj = parent;
+      d.proxyOp.pid = ::getpid();
+      d.proxyOp.channelId = ch;
+      void* ph = nullptr;
+      t->startEvent(ctx, &ph, &d);
+      t->stopEvent(ph);
+      d = {};
+      d.type = abi::ev_kernel_ch;
+      d.parentObj = parent;
+      d.kernelCh.channelId = ch;
+      d.kernelCh.pTimer = at;
+      void* kh = nullptr;
+      t->startEvent(ctx, &kh, &d);
+      abi::state_args a{};
+      a.kernelCh.pTimer = at + 40'000 + ch;
+      t->recordEventState(kh, abi::st_kernel_ch_stop, &a);
+      t->stopEvent(kh);
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("finalize racing NCCL's threads: events during and after finalize, kernels completing before their Coll stop",
+          "[reliability][threads][teardown]") {
+  // finalize frees a communicator's state while NCCL's proxy thread (or, since 2.31, the
+  // communicator's profiler thread) may still deliver KernelCh/ProxyOp events for its ops. Every op
+  // must end up completed or abandoned, exactly once, and nothing may touch freed state (this test
+  // runs under ThreadSanitizer in the test command, where such an access is reported).
+  const std::string dir = fresh_dir("rel");
+  constexpr int rounds = 24, per_round = 64, in_order = 600;
+  REQUIRE(in_child(base_env(dir), [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            const auto* t = lib.table<7>();
+            int mask = 0;
+            raw_comm keeper{t};
+            if (t->init(&keeper.ctx, 1, &mask, "keeper", 1, 2, 0, capture_logger) != abi::success) return 1;
+            // Kernels that complete before their Coll stop, more of them than the pool holds: each
+            // releases its slot exactly once, at whichever of the two comes last.
+            raw_comm early{t};
+            if (t->init(&early.ctx, 2, &mask, "kernel_first", 1, 2, 0, capture_logger) != abi::success) return 2;
+            for (int i = 0; i < in_order; ++i) {
+              void* h = early.start_coll(i + 1);
+              if (!h) return 3;
+              std::thread proxy([&] { early.kernel(h, t0 + i * 100'000ull); });
+              proxy.join();
+              t->stopEvent(h);
+              t->stopEvent(h);  // and a second stop after completion: ignored
+            }
+            t->finalize(early.ctx);
+            for (int r = 0; r < rounds; ++r) {
+              raw_comm c{t};
+              const std::string name = "race" + std::to_string(r);
+              if (t->init(&c.ctx, 100u + r, &mask, name.c_str(), 2, 4, 0, capture_logger) != abi::success) return 4;
+              std::vector<void*> ops;
+              for (int i = 0; i < per_round; ++i) {
+                ops.push_back(c.start_coll(i + 1));
+                if (!ops.back()) return 5;
+                if (i % 2 == 0) t->stopEvent(ops.back());  // odd ops: Coll stop only after the kernel (or never)
+              }
+              std::atomic<int> progressed{0};
+              std::atomic<bool> finalized{false};
+              std::thread proxy([&] {  // completes the ops, then keeps delivering events on their handles
+                int after = 0;
+                for (int pass = 0; after < 3; ++pass) {
+                  for (int i = 0; i < per_round; ++i) {
+                    c.kernel(ops[i], t0 + (pass * per_round + i) * 100'000ull);
+                    if (pass == 0) progressed.store(i + 1, std::memory_order_release);
+                  }
+                  if (finalized.load(std::memory_order_acquire)) ++after;
+                }
+              });
+              while (progressed.load(std::memory_order_acquire) < per_round / 2) std::this_thread::yield();
+              for (int i = 1; i < per_round / 2; i += 2) t->stopEvent(ops[i]);  // Coll stops racing the kernels
+              t->finalize(c.ctx);  // half the ops may still be in flight
+              finalized.store(true, std::memory_order_release);
+              for (int i = per_round / 2 + 1; i < per_round; i += 2) t->stopEvent(ops[i]);  // late Coll stops: ignored
+              proxy.join();
+            }
+            t->finalize(keeper.ctx);
+            return 0;
+          }) == 0);
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 1);
+  const std::string text = slurp(proms[0]);
+  INFO(text.substr(0, 3000));
+  CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"kernel_first\""}) == in_order);
+  CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"kernel_first\""}) == 0);
+  const double pool_full = sample(text, "ncclinsp_dropped_events_total", {"reason=\"op_pool_full\""});
+  CHECK((std::isnan(pool_full) || pool_full == 0));  // every slot came back
+  for (int r = 0; r < rounds; ++r) {
+    const std::string name = "comm_name=\"race" + std::to_string(r) + "\"";
+    const double done = sample(text, "ncclinsp_ops_total", {name});
+    const double abandoned = sample(text, "ncclinsp_abandoned_ops_total", {name});
+    INFO(name << ": completed " << done << ", abandoned " << abandoned);
+    CHECK(done >= per_round / 2);
+    CHECK(done + abandoned == per_round);  // exactly once each: not both, not neither
+    CHECK(sample(text, "ncclinsp_inflight_ops", {name}) == 0);
+  }
+}
+
+// ---- 8. fork, re-init, two processes ---------------------------------------------------------------------
+
+TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and leaves the parent's files alone", "[reliability][fork]") {
+  // A data-loader worker or a launcher forks a process that has NCCL communicators. The child has
+  // only the forking thread: the exporter thread is gone and the plugin's locks may be copied
+  // held. It must not wait for that exporter (at finalize or at exit) nor write the parent's files.
+  const std::string dir = fresh_dir("rel");
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  env["NCCLINSP_PROM_KEEP_FILES"] = "0";  // a child that shut the sink down would delete the file
+  REQUIRE(in_child(env, [&dir] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            sim::comm_driver c(lib, {.comm_hash = 31, .name = "parent", .n_ranks = 2});
+            one_op(c);
+            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 1; })) return 1;
+            const std::uint64_t before = mono_ns();
+            std::fflush(nullptr);
+            const pid_t pid = ::fork();
+            if (pid == 0) {
+              // The child: a new communicator runs without ncclinsp; the inherited one's finalize
+              // returns at once; exit() does not wait for the parent's exporter.
+              sim::comm_driver other(lib, {.comm_hash = 32, .name = "child", .n_ranks = 2});
+              if (other.init_result() != abi::success || other.context()) ::_exit(2);
+              one_op(other);
+              lib.table<7>()->finalize(c.context());
+              std::exit(0);
+            }
+            int st = 0;
+            ::waitpid(pid, &st, 0);
+            const double child_ms = static_cast<double>(mono_ns() - before) * 1e-6;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 3;
+            if (child_ms > 500) {
+              std::fprintf(stderr, "the forked child took %.0f ms to finish\n", child_ms);
+              return 4;
+            }
+            // The parent goes on: its file is still there and gets the next op.
+            one_op(c, t0 + 1'000'000);
+            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 2; })) return 5;
+            if (slurp(prom).find("comm_name=\"child\"") != std::string::npos) return 6;
+            return 0;
+          }) == 0);
+  CHECK(files_in(dir, ".prom").empty());  // KEEP_FILES=0: the parent removed it at its own teardown
 }

@@ -11,6 +11,9 @@
 ///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
 ///    max-of-channels); channels are keyed by their real id, which need not start at 0.
 ///  - No throw crosses the C ABI; only init may return an error; no I/O on NCCL's threads.
+///  - NCCL's threads may deliver events while (or after) a communicator is finalized: every event
+///    runs inside a reader_gate section, and finalize frees a communicator's state only once no
+///    such section can still hold it (reader_gate::quiesce).
 /// Hot path (startEvent/stopEvent/recordEventState for Coll, P2p, KernelCh): no lock, no
 /// allocation, a few relaxed atomics on the op's own slot.
 /// Proxy accounting (NCCLINSP_PROXY=1, off by default): ProxyOp/ProxyStep are subscribed, and
@@ -20,6 +23,7 @@
 /// proxy_table: per peer and direction, no lock, no allocation (a fixed step pool per communicator).
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +45,7 @@
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/options.hpp"
+#include "ncclinsp/detail/reader_gate.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
@@ -182,6 +187,7 @@ class plugin_state {
   result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank, abi::logger_t logfn,
                 int abi_version) noexcept {
     if (context) *context = nullptr;
+    if (forked_child_.load(std::memory_order_relaxed)) return abi::success;  // inert after fork(), see on_fork_child
     try {
       std::lock_guard lk(mu_);
       if (logfn) logger_.store(logfn, std::memory_order_release);
@@ -229,13 +235,22 @@ class plugin_state {
   result_t finalize(void* context) noexcept {
     try {
       comm_state* cs = comm_from_context(context);
-      if (!cs) return abi::success;
+      if (!cs || forked_child_.load(std::memory_order_relaxed)) return abi::success;
       std::unique_lock lk(mu_);
       if (comms_[cs->handle].load() != cs) return abi::success;  // finalize twice
-      comms_[cs->handle].store(nullptr, std::memory_order_release);
-      // In-flight ops never complete now (NCCL >= 2.31 purges them): counted as abandoned.
+      comms_[cs->handle].store(nullptr, std::memory_order_seq_cst);
+      // NCCL's proxy/profiler thread may still be inside an event that found cs: wait (bounded)
+      // until it has left. Afterwards no event can touch cs, so the in-flight count is exact: those
+      // ops never complete now (NCCL >= 2.31 purges them) and are counted as abandoned.
+      const bool quiet = gate_.quiesce(std::chrono::milliseconds(20));
       col_->retire_comm(cs->handle, cs->inflight());
-      delete cs;
+      if (quiet) {
+        delete cs;
+        for (comm_state* old : limbo_) delete old;  // unpublished before this quiesce began
+        limbo_.clear();
+      } else {
+        limbo_.push_back(cs);  // a reader was preempted inside: freed by a later finalize
+      }
       if (--live_comms_ == 0 && exporter_) {
         auto ex = std::move(exporter_);
         lk.unlock();
@@ -261,6 +276,7 @@ class plugin_state {
     if (!handle) return abi::success;
     *handle = nullptr;
     if (!d) return abi::success;
+    const auto in = gate_.enter();
     const std::uint64_t type = d->type;
     if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     if (type == abi::ev_coll) return start_coll(context, handle, d);
@@ -281,6 +297,8 @@ class plugin_state {
 
   result_t stop_event(void* handle) noexcept {
     const decoded k = decode(handle);
+    if (k.kind == handle_kind::none) return abi::success;
+    const auto in = gate_.enter();
     if (k.kind == handle_kind::channel) return stop_channel(k);
     if (k.kind == handle_kind::group) return (k.channel & 3u) == aux_proxy_step ? stop_step(k) : abi::success;
     if (k.kind != handle_kind::op) return abi::success;
@@ -302,6 +320,7 @@ class plugin_state {
   }
 
   result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
+    const auto in = gate_.enter();
     if (state != abi::st_kernel_ch_stop) {
       proxy_wait w;
       return proxy_wait_of(state, w) ? record_step(handle, w, args) : abi::success;
@@ -329,6 +348,7 @@ class plugin_state {
   collector<>* get_collector() noexcept { return col_.get(); }
   /// Forces an export now (tests, STATIC_PLUGIN users).
   bool flush() {
+    if (forked_child_.load(std::memory_order_relaxed)) return false;
     std::lock_guard lk(mu_);
     return exporter_ && exporter_->flush();
   }
@@ -357,6 +377,7 @@ class plugin_state {
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
     // so the handler stays mapped.
     std::atexit([] { plugin_state::get().exit_flush(); });
+    ::pthread_atfork(nullptr, nullptr, [] { plugin_state::get().on_fork_child(); });
     std::string banner = "ncclinsp " NCCLINSP_VERSION_STRING " loaded through profiler ABI v" + std::to_string(abi_version);
     banner += opts_.enable ? "; configuration:\n" + opts_.describe() : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
@@ -377,7 +398,14 @@ class plugin_state {
     exporter_->start();
   }
 
+  /// In a child made by fork() (a data-loader worker, a subprocess launcher): only the forking
+  /// thread exists, so the exporter threads this state refers to are gone and its mutexes may have
+  /// been copied locked. The child never touches them: it runs without ncclinsp (init succeeds
+  /// with no context, as when disabled), leaves the parent's files alone and exits at once.
+  void on_fork_child() noexcept { forked_child_.store(true, std::memory_order_relaxed); }
+
   void exit_flush() noexcept {
+    if (forked_child_.load(std::memory_order_relaxed)) return;
     std::vector<exporter<collector<>>*> pending;
     {
       std::lock_guard lk(mu_);
@@ -408,7 +436,8 @@ class plugin_state {
   }
 
   comm_state* live_comm(std::uint32_t idx) const noexcept {
-    return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_acquire) : nullptr;
+    // seq_cst (a plain load on x86): ordered after this thread's reader_gate mark, see finalize.
+    return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_seq_cst) : nullptr;
   }
   /// The live op a decoded handle names, or nullptr (unknown comm, out of range, stale generation).
   op_slot* find_op(const decoded& k, comm_state*& cs) const noexcept {
@@ -710,6 +739,9 @@ class plugin_state {
   std::uint32_t comm_gen_ = 0;
   pid_t pid_ = 0;  // ours: ProxyOps with another pid are PXN ops of another process
   std::uint32_t live_comms_ = 0;
+  std::atomic<bool> forked_child_{false};
+  detail::reader_gate gate_;            // events inside a communicator's state (see finalize)
+  std::vector<comm_state*> limbo_;      // finalized while a reader was still inside: freed later
   std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
 
