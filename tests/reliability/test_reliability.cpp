@@ -186,6 +186,8 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
       {"NCCLINSP_USER_TAG_LABEL", "\t"},
       {"NCCLINSP_PROM_KEEP_FILES", "keep"},
       {"NCCLINSP_JSON_MAX_BYTES", std::string(5000, '9')},
+      {"NCCLINSP_EXIT_FLUSH_MS", "2 seconds"},
+      {"NCCLINSP_RETAIN_FINALIZED_S", "-5"},
   };
   auto env = base_env(dir);
   env.erase("NCCLINSP_SINKS");
@@ -981,4 +983,148 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
             return 0;
           }) == 0);
   CHECK(files_in(dir, ".prom").empty());  // KEEP_FILES=0: the parent removed it at its own teardown
+}
+
+TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither hides the other", "[reliability][twoproc]") {
+  // Two processes on the same GPU (MPS, two jobs on one node) name their file after the same
+  // UUID. Sharing it, each export would replace the other process's series. The first keeps the
+  // name, the second writes `..._<uuid>-pid<pid>.prom` (node_exporter reads every *.prom).
+  const std::string dir = fresh_dir("rel");
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  const auto spawn = [&](const std::string& me, const std::string& other) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid != 0) return pid;
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    int rc = 0;
+    {
+      sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+      set_device(0);
+      sim::comm_driver c(lib, {.comm_hash = std::hash<std::string>{}(me), .name = me, .n_ranks = 2});
+      one_op(c);
+      std::ofstream(dir + "/" + me + ".ready") << "1\n";
+      if (!wait_for([&] { return ::access((dir + "/" + other + ".ready").c_str(), F_OK) == 0; }, 10s)) rc = 1;
+      for (int i = 0; i < 5; ++i) {  // both alive, both exporting every 100 ms
+        one_op(c, t0 + (i + 1) * 1'000'000ull);
+        ::usleep(60'000);
+      }
+      std::ofstream(dir + "/" + me + ".done") << "1\n";
+      if (!wait_for([&] { return ::access((dir + "/" + other + ".done").c_str(), F_OK) == 0; }, 10s)) rc = 2;
+    }
+    std::fflush(nullptr);
+    std::exit(rc);
+  };
+  const pid_t a = spawn("procA", "procB"), b = spawn("procB", "procA");
+  int sa = 0, sb = 0;
+  ::waitpid(a, &sa, 0);
+  ::waitpid(b, &sb, 0);
+  REQUIRE(WIFEXITED(sa));
+  REQUIRE(WIFEXITED(sb));
+  CHECK(WEXITSTATUS(sa) == 0);
+  CHECK(WEXITSTATUS(sb) == 0);
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 2);
+  const std::string shared_name = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+  CHECK(std::count(proms.begin(), proms.end(), shared_name) == 1);
+  int seen_a = 0, seen_b = 0;
+  for (const auto& f : proms) {
+    const std::string text = slurp(f);
+    INFO(f << "\n" << text.substr(0, 1500));
+    CHECK(prom_well_formed(text));
+    const double na = sample(text, "ncclinsp_ops_total", {"comm_name=\"procA\""});
+    const double nb = sample(text, "ncclinsp_ops_total", {"comm_name=\"procB\""});
+    CHECK(std::isnan(na) != std::isnan(nb));  // each file holds exactly one process's series
+    seen_a += na == 6;
+    seen_b += nb == 6;
+  }
+  CHECK(seen_a == 1);
+  CHECK(seen_b == 1);
+}
+
+TEST_CASE("re-init while the old exporter is still writing, after dlclose and dlopen: both exports land, no torn file", "[reliability][reinit]") {
+  // The last communicator is destroyed while the final export is stuck (the JSON file is a FIFO
+  // nobody reads yet), NCCL unloads the plugin (dlclose) and loads it again for a new
+  // communicator. The new exporter must run beside the old one; readers of the .prom file see
+  // complete files throughout; once the FIFO is read both exports complete; counters continue.
+  const std::string dir = fresh_dir("rel");
+  auto env = base_env(dir, "prom,json");
+  env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
+  REQUIRE(in_child(env, [&dir] {
+            const std::string fifo = dir + "/" + hostname() + "-pid" + std::to_string(::getpid()) + ".log";
+            if (::mkfifo(fifo.c_str(), 0644) != 0) return 1;
+            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+            std::atomic<bool> stop{false};
+            std::atomic<int> reads{0}, torn{0};
+            std::thread reader([&] {  // node_exporter
+              while (!stop.load()) {
+                const std::string text = slurp(prom);
+                if (!text.empty()) {
+                  ++reads;
+                  if (!prom_well_formed(text)) ++torn;
+                }
+              }
+            });
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            {
+              sim::comm_driver a(lib, {.comm_hash = 41, .name = "before", .n_ranks = 2});
+              for (int i = 0; i < 20; ++i) one_op(a, t0 + i * 1'000'000ull);
+              const auto begin = std::chrono::steady_clock::now();
+              a.finalize();  // the final export blocks on the FIFO: left running
+              if (std::chrono::steady_clock::now() - begin > 250ms) return 2;
+            }
+            lib.close();  // dlclose, dlopen, a new communicator: a new exporter beside the stuck one
+            if (!lib.open(NCCLINSP_PLUGIN_SO, 7)) return 3;
+            sim::comm_driver b(lib, {.comm_hash = 42, .name = "after", .n_ranks = 2});
+            if (b.init_result() != abi::success || !b.context()) return 4;
+            for (int i = 0; i < 7; ++i) one_op(b, t0 + i * 1'000'000ull);
+            std::mutex json_mu;
+            std::string json;
+            std::atomic<bool> drained{false};
+            std::thread drain([&] {  // the stuck filesystem recovers: every writer's open succeeds from now on
+              while (!drained.load()) {
+                const int fd = ::open(fifo.c_str(), O_RDONLY);
+                char buf[4096];
+                for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+                  std::lock_guard lk(json_mu);
+                  json.append(buf, static_cast<std::size_t>(n));
+                }
+                ::close(fd);
+              }
+            });
+            const auto records_of = [&](const char* name) {
+              std::lock_guard lk(json_mu);
+              std::size_t n = 0;
+              for (std::size_t p = 0; (p = json.find(std::string("\"comm_name\":\"") + name + "\"", p)) != std::string::npos; ++p) ++n;
+              return n;
+            };
+            const bool both = wait_for([&] {
+              const std::string text = slurp(prom);
+              return sample(text, "ncclinsp_ops_total", {"comm_name=\"before\""}) == 20 && sample(text, "ncclinsp_ops_total", {"comm_name=\"after\""}) == 7;
+            });
+            b.finalize();
+            // The old exporter's final export (before) and the new one's (after) reach the file.
+            const bool landed = wait_for([&] { return records_of("before") >= 20 && records_of("after") >= 7; }, 10s);
+            stop = true;
+            reader.join();
+            drained = true;
+            for (int i = 0; i < 100; ++i) {  // unblock the drain's open(): be its writer once
+              const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+              if (w >= 0) ::close(w);
+              ::usleep(10'000);
+              if (w >= 0) break;
+            }
+            drain.join();
+            if (!landed) {
+              std::fprintf(stderr, "JSON: %zu records of before, %zu of after\n", records_of("before"), records_of("after"));
+              return 7;
+            }
+            if (!both) return 5;
+            if (torn.load() != 0 || reads.load() < 10) {
+              std::fprintf(stderr, "%d torn of %d reads\n", torn.load(), reads.load());
+              return 6;
+            }
+            return 0;
+          }) == 0);
 }

@@ -99,3 +99,27 @@ TEST_CASE("out-of-range values are rejected, not wrapped", "[options][hostile]")
   CHECK(o.min_size_bytes == 8192);
   CHECK(o.labels.empty());
 }
+
+TEST_CASE("precedence between variable pairs, each pair with different values", "[options][precedence]") {
+  env e;
+  // NCCLINSP_ENABLE overrides NCCL_INSPECTOR_ENABLE, in both directions.
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCLINSP_ENABLE", "0"}};
+  CHECK_FALSE(e.parse().enable);
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "0"}, {"NCCLINSP_ENABLE", "1"}};
+  CHECK(e.parse().enable);
+  // NCCLINSP_INTERVAL overrides the microseconds variable, shorter or longer.
+  e.vars = {{"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"}, {"NCCLINSP_INTERVAL", "500ms"}};
+  CHECK(e.parse().interval_ms() == 500);
+  e.vars = {{"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "200000"}, {"NCCLINSP_INTERVAL", "3s"}};
+  CHECK(e.parse().interval_ms() == 3000);
+  // SLURM_JOBID names the default dump directory (as Inspector), SLURM_JOB_ID the label.
+  e.vars = {{"SLURM_JOBID", "11"}, {"SLURM_JOB_ID", "22"}};
+  const auto o = e.parse();
+  CHECK(o.dump_dir == "nccl-inspector-11");
+  CHECK(o.slurm_job_id == "22");
+  e.vars = {{"SLURM_JOB_ID", "22"}};
+  CHECK(e.parse().dump_dir == "nccl-inspector-unknown-jobid");
+  e.vars = {{"SLURM_JOBID", "11"}};
+  CHECK(e.parse().slurm_job_id == "unknown");
+  CHECK(e.warnings.empty());
+}

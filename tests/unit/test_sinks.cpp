@@ -1,11 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <dirent.h>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "format_fixture.hpp"
@@ -320,4 +323,69 @@ TEST_CASE("Directories the sinks create are 0755 at most, never world-writable",
   struct stat st {};
   REQUIRE(::stat((base + "/j/k/x.log").c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0644);
+
+TEST_CASE("JsonSink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest", "[sink][json][faults]") {
+  CHECK(json_sink_options{}.max_pending_bytes == 64ull << 20);  // the documented cap
+  const auto snap = fixture::make_snapshot();
+  // Bytes of one export (every communicator of the fixture has records: same lines each time).
+  const auto probe_dir = scratch_dir("jprobe");
+  JsonSink probe({.dir = probe_dir, .file_name = "p.log"});
+  REQUIRE(probe.write(snap) == export_result::success);
+  const std::size_t per_write_bytes = fixture::slurp(probe_dir + "/p.log").size();
+  const std::size_t per_write_lines = snap.records.size() + snap.comms.size();
+  REQUIRE(per_write_bytes > 0);
+  const auto dir = scratch_dir("jcap");
+  std::ofstream(dir) << "file in the way";
+  JsonSink sink({.dir = dir, .file_name = "x.log"});
+  const std::size_t fits = (64ull << 20) / per_write_bytes;  // whole exports that fit the cap
+  std::size_t writes = 0;
+  while (sink.dropped() == 0 && writes < fits + 10) {
+    CHECK(sink.write(snap) == export_result::failure);
+    ++writes;
+  }
+  INFO(per_write_bytes << " bytes per export, " << fits << " fit, first drop at write " << writes);
+  CHECK(writes >= fits);      // nothing dropped below the cap
+  CHECK(writes <= fits + 1);  // and dropped as soon as it is exceeded
+  const std::uint64_t dropped = sink.dropped();
+  CHECK(dropped <= per_write_lines);  // only the oldest lines beyond the cap
+  ::unlink(dir.c_str());
+  CHECK(sink.write(snap) == export_result::success);
+  const std::string text = fixture::slurp(dir + "/x.log");
+  CHECK(text.size() <= (64ull << 20) + 2 * per_write_bytes);
+  CHECK(count_lines(text) + dropped == (writes + 1) * per_write_lines);  // kept + counted = written
+}
+
+TEST_CASE("JsonSink on a full disk (small tmpfs): only whole lines in the file, the rest written when space is back", "[sink][json][faults]") {
+  const auto dir = scratch_dir("jfull");
+  ::mkdir(dir.c_str(), 0755);
+  // The test command runs as root: a mount failure fails the test (nothing passes by skipping).
+  INFO("mount tmpfs: " << std::strerror(errno));
+  REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0);
+  const auto snap = fixture::make_snapshot();
+  const std::size_t per_write_lines = snap.records.size() + snap.comms.size();
+  int warnings = 0;
+  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  std::size_t writes = 0;
+  while (writes < 10000 && sink.write(snap) == export_result::success) ++writes;
+  ++writes;  // the one that hit ENOSPC (its lines are kept pending)
+  REQUIRE(writes < 10000);
+  const std::string full = fixture::slurp(dir + "/x.log");
+  INFO(full.size() << " bytes on the full disk after " << writes << " exports");
+  CHECK(full.size() > 32 * 1024);
+  REQUIRE(!full.empty());
+  CHECK(full.back() == '\n');  // a torn last line was cut back
+  std::size_t pos = 0;
+  while (pos < full.size()) {  // every line is a whole JSON object
+    const std::size_t nl = full.find('\n', pos);
+    CHECK(full[pos] == '{');
+    CHECK(full[nl - 1] == '}');
+    pos = nl + 1;
+  }
+  CHECK(warnings >= 1);
+  REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=4m") == 0);
+  CHECK(sink.write(snap) == export_result::success);
+  const std::string text = fixture::slurp(dir + "/x.log");
+  ::umount2(dir.c_str(), MNT_DETACH);
+  CHECK(sink.dropped() == 0);
+  CHECK(count_lines(text) == (writes + 1) * per_write_lines);  // no line lost, none doubled
 }

@@ -14,7 +14,10 @@
 #include <string>
 #include <utility>
 
+#include <unistd.h>
+
 #include "ncclinsp/detail/atomic_file.hpp"
+#include "ncclinsp/detail/file_claim.hpp"
 #include "ncclinsp/format/prometheus_text.hpp"
 #include "ncclinsp/log.hpp"
 #include "ncclinsp/sink.hpp"
@@ -51,7 +54,7 @@ class basic_prom_textfile_sink {
       for (const auto& uuid : format::gpu_uuids(snap)) {
         std::string text;
         format::write_prometheus<NativeBucketer>(text, snap, uuid, o_.compat_gauges, o_.card);
-        const std::string name = prom_file_name(uuid);
+        const std::string name = file_name_for(uuid);
         const int err = detail::write_file_atomic(o_.dir, name, text);
         if (err) {
           res = export_result::failure;
@@ -82,10 +85,22 @@ class basic_prom_textfile_sink {
   std::uint64_t failed_exports() const noexcept { return failed_exports_; }
 
  private:
+  /// The GPU's file name, or, when another live process on this node already writes it (two
+  /// processes on one GPU), `nccl_inspector_metrics_<uuid>-pid<pid>.prom` (one warning).
+  std::string file_name_for(const std::string& uuid) {
+    std::string name = prom_file_name(uuid);
+    if (detail::claim_file_name(o_.dir, name)) return name;
+    name = prom_file_name(uuid + "-pid" + std::to_string(::getpid()));
+    if (warned_shared_.insert(uuid).second)
+      emit(o_.log, log_level::warn, "another process writes " + o_.dir + "/" + prom_file_name(uuid) + " (same GPU); this one writes " + name);
+    return name;
+  }
+
   prom_textfile_options o_;
   int last_err_ = 0;
   std::uint64_t failed_exports_ = 0;
   std::set<std::string> written_;
+  std::set<std::string> warned_shared_;
 };
 
 using prom_textfile_sink = basic_prom_textfile_sink<>;
