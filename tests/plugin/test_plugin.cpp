@@ -428,3 +428,59 @@ TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", 
   ::pclose(pp);
   CHECK(out.empty());
 }
+
+TEST_CASE("through the plugin: algo_proto SYM, user_tag label, CPU-timing fallback, channels without timestamps, a channel stopping before it started",
+          "[plugin][labels]") {
+  const std::string dir = fresh_dir("plugin");
+  auto env = prom_env(dir);
+  env["NCCLINSP_SINKS"] = "prom,json";
+  env["NCCLINSP_USER_TAG_LABEL"] = "1";
+  env["NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING"] = "0";  // keep CPU-timed ops, labelled as such
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            sim::comm_driver comm(lib, {.comm_hash = 6, .name = "lbl", .n_ranks = 4});
+            // A symmetric kernel (v7 isSymColl).
+            const auto sym = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20,
+                                                       .n_channels = 2, .kernel_variant = "AllReduce_AGxLL_R"});
+            comm.complete(sym, t0, t0 + 100'000);
+            // A user tag (v7 userTag) becomes the bounded user_tag label.
+            const auto tagged = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20,
+                                                          .n_channels = 2, .user_tag = 42});
+            comm.complete(tagged, t0, t0 + 200'000);
+            // Some channels without a GPU timestamp: the op falls back to CPU timing.
+            const auto partial = comm.enqueue(sim::op_desc{.func = sim::nccl_func::reduce_scatter, .dtype = sim::nccl_dtype::float32, .count = 1 << 20,
+                                                           .n_channels = 3});
+            const sim::kernel_time some_zero[3] = {{t0, t0 + 50'000}, {0, 0}, {t0 + 10, t0 + 60'000}};
+            comm.complete(partial, some_zero);
+            // A channel whose stop timestamp is before its start (a bad clock read).
+            const auto backwards = comm.enqueue(sim::op_desc{.func = sim::nccl_func::reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20,
+                                                             .n_channels = 1});
+            comm.complete(backwards, t0 + 900'000, t0 + 100'000);
+            comm.finalize();
+            return 0;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  INFO(text.substr(0, 4000));
+  CHECK(!std::isnan(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\"", "algo_proto=\"SYM\""})));
+  CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"AllGather\"", "user_tag=\"42\""}) == 1);
+  CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"ReduceScatter\""}) == 1);
+  // No value from the backwards channel may be infinite, NaN or negative.
+  CHECK(text.find("} +Inf") == std::string::npos);  // (le="+Inf" buckets are fine: that is a label)
+  CHECK(text.find("} -Inf") == std::string::npos);
+  CHECK(text.find("} NaN") == std::string::npos);
+  CHECK(text.find("} -") == std::string::npos);
+  const std::string json = slurp(files_in(dir, ".log").at(0));
+  INFO(json.substr(0, 4000));
+  const auto line_of = [&](const char* coll) {
+    const auto p = json.find(std::string("\"coll\":\"") + coll + "\"");
+    if (p == std::string::npos) return std::string();
+    const auto b = json.rfind('\n', p) + 1;
+    return json.substr(b, json.find('\n', p) - b);
+  };
+  CHECK(line_of("AllReduce").find("_timing_source\":\"kernel_gpu\"") != std::string::npos);
+  CHECK(line_of("ReduceScatter").find("_timing_source\":\"kernel_cpu\"") != std::string::npos);  // the fallback, labelled
+  const std::string bw = line_of("Reduce");
+  CHECK(!bw.empty());
+  CHECK(bw.find("_timing_source\":\"kernel_gpu\"") == std::string::npos);  // never a GPU duration from a backwards channel
+}

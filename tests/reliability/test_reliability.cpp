@@ -1128,3 +1128,41 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
             return 0;
           }) == 0);
 }
+
+TEST_CASE("4096 live communicators: the next one runs without ncclinsp and is counted as comm_table_full", "[reliability][limits]") {
+  const std::string dir = fresh_dir("rel");
+  auto env = base_env(dir);
+  env["NCCL_INSPECTOR_COLL_POOL_SIZE"] = "10";  // small pools: 4096 communicators in little memory
+  env["NCCL_INSPECTOR_ENABLE_P2P"] = "0";
+  constexpr int limit = 4096;
+  REQUIRE(in_child(env, [] {
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            const auto* t = lib.table<7>();
+            std::vector<void*> ctx(limit + 1, nullptr);
+            int mask = 0;
+            for (int i = 0; i < limit; ++i) {
+              const std::string name = "c" + std::to_string(i);
+              if (t->init(&ctx[i], 1000u + i, &mask, name.c_str(), 1, 2, 0, capture_logger) != abi::success || !ctx[i]) {
+                std::fprintf(stderr, "communicator %d refused\n", i);
+                return 1;
+              }
+            }
+            // One more while all 4096 are live: an error from init (NCCL runs it without a
+            // profiler), one warning, and the drop counted.
+            if (t->init(&ctx[limit], 99, &mask, "one_too_many", 1, 2, 0, capture_logger) == abi::success || ctx[limit]) return 2;
+            if (warnings_containing("communicator table full") != 1) return 3;
+            // A finalized communicator's slot is taken over by the next one (the longest-retired).
+            t->finalize(ctx[7]);
+            void* again = nullptr;
+            if (t->init(&again, 98, &mask, "after_one_left", 1, 2, 0, capture_logger) != abi::success || !again) return 4;
+            for (int i = 0; i < limit; ++i)
+              if (i != 7) t->finalize(ctx[i]);
+            t->finalize(again);
+            return 0;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  CHECK(sample(text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 1);
+  CHECK(text.find("comm_name=\"one_too_many\"") == std::string::npos);
+  CHECK(text.find("comm_name=\"after_one_left\"") != std::string::npos);
+}
