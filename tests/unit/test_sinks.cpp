@@ -323,6 +323,7 @@ TEST_CASE("Directories the sinks create are 0755 at most, never world-writable",
   struct stat st {};
   REQUIRE(::stat((base + "/j/k/x.log").c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0644);
+}
 
 TEST_CASE("JsonSink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest", "[sink][json][faults]") {
   CHECK(json_sink_options{}.max_pending_bytes == 64ull << 20);  // the documented cap
