@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Demo driver (called by scripts/demo.sh once the stack is up): runs the simulated job through
-design.md's two scenarios against a running Prometheus and prints what Prometheus saw.
+design.md's two scenarios and a compute straggler against a running Prometheus and prints what
+Prometheus saw, who the alerts name, and how long after each onset they fired.
 
     demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick] [--webhook-port P]
 
 Timeline (simulated seconds = wall seconds, --speed 1):
-    default (7 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
-                      scenario 2: --slow-host 1:25@260-380 | healthy 380-420
-    --quick (~3.2 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-167 | 167-190
+    default (9 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
+                      scenario 2: --slow-host 1:25@260-380 | healthy 380-410 |
+                      scenario 3: --straggler R:3@410-510 (node2's second GPU) | healthy 510-540
+    --quick (~4.7 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-182 |
+                      182-195 | straggler R:3@195-265 | 265-280
+The job runs with proxy accounting on (NCCLINSP_PROXY=1): the slow host is named from its sampled
+proxy send/network wait (NcclinspHostNetworkSlow), the straggler from its exec time against its
+communicators' median rank (NcclinspRankStraggler); both signals exist on real hardware, unlike
+per-rank kernel time, which the coupled collectives equalize (docs/diagnosis.md).
 (The degradation alert compares with the job's own median of the previous 10 min, offset 1 min:
 it cannot fire before ~90 s into a job, hence the 100 s end of scenario 1 in --quick.)
 The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
@@ -37,9 +44,10 @@ def say(msg):
 
 
 def schedule(quick):
+    # straggler: (node, local GPU, delay ms, t0, t1)
     if quick:
-        return dict(duration=190, net=(40, 100, 50), slow=(1, 122, 167, 25))
-    return dict(duration=420, net=(90, 210, 50), slow=(1, 260, 380, 25))
+        return dict(duration=280, net=(40, 100, 50), slow=(1, 122, 182, 25), strag=(2, 1, 3, 195, 265))
+    return dict(duration=540, net=(90, 210, 50), slow=(1, 260, 380, 25), strag=(2, 1, 3, 410, 510))
 
 
 class Readout:
@@ -108,6 +116,8 @@ def main():
     net0, net1, net_pct = s["net"]
     slow_node, slow0, slow1, slow_pct = s["slow"]
     slow_name = f"node{slow_node}"
+    st_node, st_gpu, st_ms, st0, st1 = s["strag"]
+    st_rank = st_node * a.gpus + st_gpu
     prom = P.Prom(a.prom)
     job = "demo-" + time.strftime("%H%M%S")
     summary_path = os.path.join(a.root, "summary.json")
@@ -115,13 +125,16 @@ def main():
            "--duration", str(s["duration"]), "--speed", "1", "--out", a.root, "--prom",
            "--summary", summary_path,
            "--net-degrade", f"{net_pct}@{net0}-{net1}",
-           "--slow-host", f"{slow_node}:{slow_pct}@{slow0}-{slow1}"]
+           "--slow-host", f"{slow_node}:{slow_pct}@{slow0}-{slow1}",
+           "--straggler", f"{st_rank}:{st_ms}@{st0}-{st1}"]
     env = dict(os.environ, SLURM_JOB_ID=job, NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1",
+               NCCLINSP_PROXY=os.environ.get("NCCLINSP_PROXY", "1"),
                NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="1000000")
     say(f"job {job}: {a.nodes} nodes x {a.gpus} GPUs for {s['duration']} s "
         f"({'quick' if a.quick else 'full'} timeline)")
     say(f"  scenario 1: network degraded {net_pct}% on n_nodes>1 communicators, t={net0}-{net1}s")
     say(f"  scenario 2: {slow_name}'s network links {slow_pct}% slower, t={slow0}-{slow1}s")
+    say(f"  scenario 3: global rank {st_rank} (node{st_node}) launches every op {st_ms} ms late, t={st0}-{st1}s")
     say("  " + " ".join(os.path.relpath(x, REPO) if x.startswith(REPO) else x for x in cmd))
     log = open(os.path.join(a.root, "logs", "sim.log"), "w")
     t0 = time.time() + 0.3  # the simulator's nodes start 300 ms after launch
@@ -132,7 +145,8 @@ def main():
         f.write(str(sim.pid))
     r = Readout(prom, job, t0)
     events = [(net0, f"scenario 1 starts: network degraded {net_pct}%"), (net1, "scenario 1 ends: network restored"),
-              (slow0, f"scenario 2 starts: {slow_name} links {slow_pct}% slower"), (slow1, f"scenario 2 ends: {slow_name} restored")]
+              (slow0, f"scenario 2 starts: {slow_name} links {slow_pct}% slower"), (slow1, f"scenario 2 ends: {slow_name} restored"),
+              (st0, f"scenario 3 starts: rank {st_rank} (node{st_node}) {st_ms} ms late"), (st1, "scenario 3 ends")]
     seen_alerts = set()
     n_notified = 0
     last_status = -1e9
@@ -195,6 +209,8 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     net0, net1, net_pct = s["net"]
     slow_node, slow0, slow1, slow_pct = s["slow"]
     slow_name = f"node{slow_node}"
+    st_node, st_gpu, st_ms, st0, st1 = s["strag"]
+    st_rank = st_node * a.gpus + st_gpu
     # Readout times: just before a fault, at its end (20 s window fully inside), and at the end
     # of the healthy phase after it.
     pts1 = [("before", net0 - 1), ("during", net1 - 1), ("after", slow0 - 1)]
@@ -229,25 +245,36 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts2, "GB/s")
     tf2 = row("step throughput", r.tflops, pts2, "TFLOP/s/GPU")
 
-    # Attribution: the dashboard's "Hosts vs job median" table query, at the end of scenario 2.
-    dash = P.load_dashboard(os.path.join(REPO, "grafana", "ncclinsp.json"))
-    table = next(t for p, t in P.iter_targets(dash) if p.get("type") == "table")
-    expr = P.substitute(table["expr"], {"job": [job]}, rate_interval="1m")
-    rows = [(m, v) for m, v in prom.values(expr, at=t0 + slow1 - 1) if math.isfinite(v)]
-    print("\n Attribution (dashboard table 'Hosts vs job median', lowest first, "
-          f"at t={slow1 - 1}s, 1m window):")
+    # Attribution of scenario 2: each node's share of its sampled proxy send wait spent on the
+    # network, against the job's median node (the rule NcclinspHostNetworkSlow alerts on).
+    t_a = slow1 - 1
+    rows = sorted(((m, v) for m, v in prom.values(
+        f'ncclinsp_node:proxy_send_network_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
+        if math.isfinite(v)), key=lambda x: -x[1])
+    print(f"\n Attribution, scenario 2 (proxy send wait on the network vs the job's median node, at t={t_a}s, 1m):")
     for m, v in rows[:4]:
-        print(f"  {m.get('node'):<8} {m.get('comm_name'):<6} {m.get('collective'):<14} {m.get('message_size'):<12}"
-              f" {v:6.0%} of the job median")
-    named = rows[0][0].get("node") if rows else None
-    worst = {}
-    for m, v in rows:
-        if m.get("n_nodes") != "1":
-            worst[m["node"]] = min(worst.get(m["node"], 9.0), v)
-    print(f"  -> host named by attribution: {named}"
-          + (f" (network comms at {worst.get(named, float('nan')):.0%} of the job median; "
-             f"other hosts >= {min((v for k, v in worst.items() if k != named), default=float('nan')):.0%})"
-             if named else ""))
+        print(f"  {m.get('node'):<8} {v:5.2f}x the median node")
+    named = rows[0][0].get("node") if rows and rows[0][1] > 1.5 else None
+    print(f"  -> host named: {named or '(none above 1.5x)'}")
+
+    print(f"\n Scenario 3: rank {st_rank} (node{st_node}) launches every op {st_ms} ms late, t={st0}-{st1}s")
+    pts3 = [("before", st0 - 1), ("during", st1 - 1), ("after", s["duration"] - 1)]
+    print(f"  {'':<38}" + "".join(f"{n:>7}   " for n, _ in pts3) + f"   (t={', '.join(str(t) for _, t in pts3)}s)")
+    row("AllGather, network (job)", lambda t: r.bw(t, 'n_nodes!="1",collective="AllGather"'), pts3, "GB/s")
+    row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts3, "GB/s")
+    row("step throughput", r.tflops, pts3, "TFLOP/s/GPU")
+    t_s = st1 - 1
+    late = sorted(((m, v) for m, v in prom.values(
+        f'ncclinsp:exec_ratio_to_comm_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_s) if math.isfinite(v)),
+        key=lambda x: x[1])
+    print(f"  rank exec time per op vs its communicator's median rank (lowest first, t={t_s}s, 1m):")
+    for m, v in late[:3]:
+        print(f"  {m.get('node'):<8} rank {m.get('rank'):<3} {m.get('comm_name'):<6} {m.get('collective'):<14}"
+              f" {v:6.0%} of the median rank")
+    late_named = (late[0][0].get("node"), late[0][0].get("comm_name"), late[0][0].get("rank")) \
+        if late and late[0][1] < 0.8 else None
+    print("  -> straggler named: " + (f"{late_named[0]}, rank {late_named[2]} of {late_named[1]}" if late_named
+                                       else "(none below 0.80)"))
 
     # Alerts: from Prometheus's ALERTS series over the job.
     print("\n Alerts that fired (from Prometheus's ALERTS series; t = seconds into the job):")
@@ -274,6 +301,26 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
         print(f"  t={a0 - t0:4.0f}s ({time.strftime('%H:%M:%S', time.localtime(a0))}) to t={a1 - t0:4.0f}s  "
               f"{name:<30} {where}")
 
+    print("\n Time to alert (alerts of this job that started firing during each fault):")
+    for label, on, off in ((f"scenario 1 (network -{net_pct}%)", net0, net1),
+                           (f"scenario 2 ({slow_name} -{slow_pct}%)", slow0, slow1),
+                           (f"scenario 3 (rank {st_rank} +{st_ms} ms)", st0, st1)):
+        hits = sorted(((a0 - t0 - on, m) for a0, _, m in fired if on <= a0 - t0 <= off), key=lambda x: x[0])
+        if not hits:
+            print(f"  {label:<32} no alert")
+            continue
+        first = hits[0]
+        names = []
+        for d, m in hits:
+            n = m["alertname"]
+            if n not in [x[0] for x in names]:
+                names.append((n, d, m))
+        print(f"  {label:<32} {first[0]:5.0f} s  " + ", ".join(
+            f"{n} +{d:.0f}s" + (f" ({m['node']}" + (f" rank {m['rank']}" if m.get('rank') else "") + ")"
+                                if n in ("NcclinspHostNetworkSlow", "NcclinspRankStraggler", "NcclinspNvlinkDegraded")
+                                and m.get("node") else "")
+            for n, d, m in names[:4]))
+
     if hook:
         print("\n Notifications (Alertmanager, prometheus/alertmanager.example.yml: grouped per alert name and job,"
               " explained alerts inhibited):")
@@ -293,7 +340,10 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
           f"{fmt(nv[0]).strip()} -> {fmt(nv[1]).strip()} GB/s; step throughput {tf1[0]:.0f} -> {tf1[1]:.0f} TFLOP/s "
           f"(-{drop:.0%}; model {exp.get('none', 0):.0f} -> {exp.get('net_degrade', 0):.0f}): the network is the cause.")
     print(f"  2. throughput {tf2[0]:.0f} -> {tf2[1]:.0f} -> {tf2[2]:.0f} TFLOP/s, network ReduceScatter "
-          f"{fmt(rs[0]).strip()} -> {fmt(rs[1]).strip()} GB/s with NVLink flat; the per-host view names {named}.")
+          f"{fmt(rs[0]).strip()} -> {fmt(rs[1]).strip()} GB/s with NVLink flat. Every rank's kernel time slows alike"
+          f" (collectives are coupled); the proxy send/network wait names {named or 'no host'}.")
+    print(f"  3. a late rank makes its peers wait: their bandwidth drops while its own exec time is the shortest;"
+          f" the exec-time ratio names " + (f"{late_named[0]} rank {late_named[2]}." if late_named else "no rank."))
     print(bar)
 
 

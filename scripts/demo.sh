@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # ncclinsp demo: a simulated multi-node training job, instrumented by the ncclinsp NCCL profiler
 # plugin, scraped by real node_exporter + Prometheus on loopback, through design.md's two
-# scenarios (network degradation; one slow host), with a summary read back from Prometheus.
+# scenarios (network degradation; one slow host) and a compute straggler, with a summary read back
+# from Prometheus: who the alerts name and how long after each onset they fired.
 #
 #   scripts/demo.sh [--quick] [--keep] [--nodes N] [--gpus G] [--backend B] [--root DIR] [--no-install]
 #
-#   --quick       ~3 min job instead of ~7 min
+#   --quick       ~5 min job instead of ~9 min
 #   --keep        leave the stack running at the end (prints the URLs and the command that stops it)
 #   --nodes/--gpus  job shape (default 4 x 4; at least 2 nodes)
 #   --backend B   prometheus (default) or victoriametrics (vmagent + victoria-metrics + vmalert)
@@ -28,7 +29,7 @@ BUILD=$REPO/build-demo
 ROOT=/tmp/ncclinsp-demo
 QUICK=0 KEEP=0 INSTALL=1 NODES=4 GPUS=4 BACKEND=prometheus
 
-usage() { sed -n '6,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '7,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) QUICK=1; shift ;;
