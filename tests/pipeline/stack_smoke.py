@@ -101,6 +101,23 @@ def render(node, idx, t, speed, degrade_at=None, degrade=1.0, hang_at=None):
                       "algo_proto": ap, "uuid": uuid}
                 add("nccl_bus_bandwidth_gbs", "gauge", "Window geomean busbw (GB/s).", il, base / 1e9)
                 add("nccl_collective_exec_time_microseconds", "gauge", "Window mean exec time (us).", il, dur * 1e6)
+        # In-process detector gauges (per comm x collective x size) and sampled proxy accounting
+        # (NCCLINSP_PROXY=1: network comms only, per peer and direction).
+        for coll in COLLS:
+            dl = dict(comm_l, collective=coll, message_size="16MiB-32MiB")
+            slow = degrade_at is not None and n_nodes > 1 and coll == "AllGather" and t > degrade_at
+            add("ncclinsp_busbw_ratio_to_baseline", "gauge", "Recent / baseline busbw.", dl, degrade if slow else 1.0)
+            add("ncclinsp_busbw_degraded", "gauge", "1 while degraded.", dl, 1 if slow else 0)
+        if n_nodes > 1:
+            peer = 1 - rank
+            for direction, states in (("send", ("gpu", "peer_credit", "network")), ("recv", ("network", "flush", "gpu"))):
+                pl = dict(comm_l, peer=peer, direction=direction)
+                for k, st in enumerate(states):
+                    # node1's sends wait on the network longer (its links are slower)
+                    w = t * 0.01 * (k + 1) * (1.0 / speed if (direction, st) == ("send", "network") else 1.0)
+                    add("ncclinsp_proxy_wait_seconds_total", "counter", "Sampled proxy step wait.", dict(pl, state=st), w)
+                add("ncclinsp_proxy_bytes_total", "counter", "Sampled proxy bytes.", pl, t * 1e8)
+                add("ncclinsp_proxy_steps_total", "counter", "Sampled proxy steps.", pl, int(t * 100))
         add("ncclinsp_inflight_ops", "gauge", "In-flight ops.", comm_l, 1)
         hung = hang_at is not None and n_nodes > 1 and t > hang_at
         add("ncclinsp_oldest_inflight_age_seconds", "gauge", "Oldest in-flight op age.", comm_l,
