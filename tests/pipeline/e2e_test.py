@@ -524,7 +524,7 @@ class Run:
 
     def check_other_alerts(self, t_end):
         allowed = {"NcclinspBusBandwidthDegraded", "NcclinspCollectiveHung", "NcclinspHostBelowJobMedian",
-                   "NcclinspNetworkFabricDegraded"}
+                   "NcclinspNetworkFabricDegraded", "NcclinspHostNetworkSlow"}
         seen = {}
         for m, pts in self.prom.range_values('ALERTS{alertstate="firing"}', self.T(0), t_end, step=1):
             seen.setdefault(m["alertname"], m)
@@ -632,7 +632,7 @@ def main():
             log(f"stack up: {', '.join(f'{k} at {v.url}' for k, v in backends.items())} "
                 f"({len(nodes)} node_exporters, root {root})")
             env = dict(os.environ, SLURM_JOB_ID=job, NCCLINSP_LABELS=",".join(f"{k}={v}" for k, v in USER.items()),
-                       NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1",
+                       NCCL_INSPECTOR_ENABLE="1", NCCL_INSPECTOR_PROM_DUMP="1", NCCLINSP_PROXY="1",
                        NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS="1000000")
             summary_path = os.path.join(root, "summary.json")
             cmd = [a.sim, "--plugin", a.plugin, "--nodes", str(a.nodes), "--gpus", str(a.gpus),
