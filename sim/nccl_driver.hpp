@@ -524,6 +524,21 @@ class comm_driver {
     if (h) lib_->table<V>()->recordEventState(h, s, a);
   }
   /// Args for states NCCL sends without args (19, 23, 24): NULL natively; a garbage struct via the v5 shim.
+  /// One NetPlugin event (an IB transfer update) under a ProxyStep, as NCCL's net plugin emits it.
+  template <int V> void net_plugin_event(void* ctx, descr_t<V>& d, void* step) const {
+    static char net_data[64] = {};  // network-plugin-defined blob
+    clear<V>(d);
+    d.type = abi::ev_net_plugin;
+    d.parentObj = step;
+    d.rank = cfg_.rank;
+    d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
+    d.netPlugin.data = net_data;
+    void* nh = start<V>(ctx, d);
+    abi::state_args na{};
+    na.netPlugin.data = net_data;
+    record<V>(nh, abi::st_net_plugin_update, &na);
+    stop<V>(nh);
+  }
   template <int V> abi::state_args* no_args(abi::state_args& scratch) const noexcept {
     if (V == 5 && cfg_.shim_quirks) {
       std::memset(static_cast<void*>(&scratch), 0xA5, sizeof scratch);
@@ -767,7 +782,6 @@ class comm_driver {
   void proxy_ops_for_channel(const pending_op& p, std::uint8_t ch, descr_t<V>& d) const {
     using namespace abi;
     void* const ctx = context_;
-    static char net_data[64] = {};  // network-plugin-defined blob
     for (int is_send = 1; is_send >= 0; --is_send) {
       clear<V>(d);
       d.type = ev_proxy_op;
@@ -801,19 +815,7 @@ class comm_driver {
                                                             abi::event_state(12)};
         for (abi::event_state es : is_send ? send_states : recv_states)
           if (op_h) record<V>(st, es, &a);
-        if (p.mask & ev_net_plugin) {
-          clear<V>(d);
-          d.type = ev_net_plugin;
-          d.parentObj = st;
-          d.rank = cfg_.rank;
-          d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
-          d.netPlugin.data = net_data;
-          void* nh = start<V>(ctx, d);
-          abi::state_args na{};
-          na.netPlugin.data = net_data;
-          record<V>(nh, st_net_plugin_update, &na);
-          stop<V>(nh);
-        }
+        if (p.mask & ev_net_plugin) net_plugin_event<V>(ctx, d, st);
         stop<V>(st);
       }
       stop<V>(op_h);
@@ -924,7 +926,6 @@ class comm_driver {
     void* step[max_timed_ops][max_timed_plans][max_proxy_steps] = {};
     descr_t<V> d;
     void* const ctx = context_;
-    static char net_data[64] = {};
     if (load_mask() & ev_proxy_ctrl) {
       if (n) wait(ev[0].t);
       int appended = 0;
@@ -997,19 +998,7 @@ class comm_driver {
           } else if (x.kind == ev_step_sent) {
             a.proxyStep.transSize = pl.step_bytes;
             if (op_h) record<V>(sh, abi::event_state(pl.is_send ? 9 : 12), &a);
-            if (p.mask & ev_net_plugin) {
-              clear<V>(d);
-              d.type = ev_net_plugin;
-              d.parentObj = sh;
-              d.rank = cfg_.rank;
-              d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
-              d.netPlugin.data = net_data;
-              void* nh = start<V>(ctx, d);
-              abi::state_args na{};
-              na.netPlugin.data = net_data;
-              record<V>(nh, st_net_plugin_update, &na);
-              stop<V>(nh);
-            }
+            if (p.mask & ev_net_plugin) net_plugin_event<V>(ctx, d, sh);
           } else {
             stop<V>(sh);
             sh = nullptr;
