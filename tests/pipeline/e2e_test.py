@@ -200,6 +200,19 @@ class Run:
     def q(self, expr, t):
         return self.prom.values(expr, at=self.T(t))
 
+    def log_scrape_health(self, t_end):
+        """Failed scrapes per node over the run (a failed scrape makes every series of that node
+        stale for that instant and resets every `for:` timer; with a 1 s scrape_timeout this happens
+        when the machine is too busy). Logged, so a timing failure below can be read against it."""
+        rng = f"{max(1, int(t_end - self.t0))}s"
+        ups = {lb.get("node_instance"): v for lb, v in self.prom.values(f"count_over_time(up[{rng}])", at=t_end)}
+        oks = {lb.get("node_instance"): v for lb, v in self.prom.values(f"sum_over_time(up[{rng}])", at=t_end)}
+        dur = {lb.get("node_instance"): v for lb, v in
+               self.prom.values(f"max_over_time(scrape_duration_seconds[{rng}])", at=t_end)}
+        parts = [f"{n}: {int(ups[n] - oks.get(n, 0))}/{int(ups[n])} failed, slowest {dur.get(n, float('nan')):.3f}s"
+                 for n in sorted(ups, key=str)]
+        log("scrapes over the run: " + "; ".join(parts))
+
     # -- 2. families and labels -----------------------------------------------------------------
     def check_families(self, t):
         fams = doc_families(P.REPO)
@@ -678,6 +691,7 @@ def main():
                 tg = prom.targets()
                 if len(tg) != a.nodes or any(x["health"] != "up" for x in tg):
                     r.fail(f"targets: {[(x['labels'], x['health']) for x in tg]}")
+                r.log_scrape_health(t_end)
                 r.check_families(25)
                 r.check_model_bandwidth(28)
                 r.check_dashboards(t_end)
