@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <time.h>
@@ -284,6 +285,62 @@ TEST_CASE("dump directory missing: created (with parents)", "[reliability][dumpd
           }) == 0);
   REQUIRE(files_in(dir, ".prom").size() == 1);
   CHECK(sample(slurp(files_in(dir, ".prom")[0]), "ncclinsp_ops_total", {"comm_name=\"mk\""}) == 1);
+}
+
+/// Exit code of a child that drops to `uid`/`gid` (as node_exporter runs as its own user) and
+/// reads `file`: 0 read and holds `needle`, 1 cannot open, 2 read but no needle, 3 cannot drop.
+int read_as_user(const std::string& file, const std::string& needle, uid_t uid = 65534, gid_t gid = 65534) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0 || ::geteuid() != uid) ::_exit(3);
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    if (fd < 0) ::_exit(1);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    ::_exit(text.find(needle) != std::string::npos ? 0 : 2);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+TEST_CASE("umask 077: node_exporter running as another user still reads the .prom file", "[reliability][dumpdir][umask]") {
+  // A job under umask 077 (common on shared clusters) would publish 0600 files in 0700 folders;
+  // node_exporter's textfile collector runs as its own user and could not read them. The .prom
+  // file is 0644 and the folders we create for it 0755 whatever the umask. The test command runs
+  // as root: the reader is a child that drops to nobody (65534).
+  const std::string base = fresh_dir("rel");
+  REQUIRE(::chmod(base.c_str(), 0755) == 0);  // the admin's textfile folder: readable by node_exporter
+  const std::string dir = base + "/textfile/job";
+  auto env = base_env(dir);
+  env["NCCLINSP_PROM_KEEP_FILES"] = "1";
+  REQUIRE(in_child(env, [] {
+            ::umask(077);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            set_device(0);
+            sim::comm_driver c(lib, {.comm_hash = 1, .name = "um", .n_ranks = 2});
+            one_op(c);
+            return 0;
+          }) == 0);
+  const auto proms = files_in(dir, ".prom");
+  REQUIRE(proms.size() == 1);
+  for (const std::string& d : {base + "/textfile", dir}) {
+    struct stat st {};
+    REQUIRE(::stat(d.c_str(), &st) == 0);
+    INFO(d);
+    CHECK((st.st_mode & 07777) == 0755);
+  }
+  struct stat st {};
+  REQUIRE(::stat(proms[0].c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+  CHECK(read_as_user(proms[0], "ncclinsp_ops_total{") == 0);
+  // The reader really is another user: a 0600 file of ours is refused to it.
+  const std::string priv = base + "/private";
+  std::ofstream(priv) << "secret\n";
+  REQUIRE(::chmod(priv.c_str(), 0600) == 0);
+  CHECK(read_as_user(priv, "secret") == 1);
 }
 
 TEST_CASE("dump directory is a regular file, or under one: a warning, metrics kept, written once possible", "[reliability][dumpdir]") {

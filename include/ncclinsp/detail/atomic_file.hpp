@@ -3,8 +3,11 @@
 /// Readers (node_exporter) see the old file or the new one, never a partial one (no fsync: metrics
 /// need atomic visibility, not crash durability, and fsync can stall for seconds); on any error
 /// (ENOSPC, EACCES, EFBIG...) the temp file is removed and the old file stays. Creates `dir`
-/// (and parents, mode 0755 less the umask) if missing. Thread-safety: reentrant (cold path, called
-/// by the exporter).
+/// (and parents) if missing. Thread-safety: reentrant (cold path, called by the exporter).
+/// Published files are read by another user (node_exporter's textfile collector runs as its own
+/// user): the file is 0644 and the directories we create for it 0755 whatever the process umask
+/// (a job under umask 077 would otherwise publish 0600 files nobody else can read). Appended files
+/// (open_nofollow: the JSON log) keep 0644 less the umask, as any file the job writes.
 /// Shared directories (node_exporter's textfile folder): no file is opened through a symlink. The
 /// temporary file is created with O_EXCL | O_NOFOLLOW under an unpredictable name, so a link planted
 /// there makes the open fail instead of truncating its target; the rename replaces a link at
@@ -25,16 +28,24 @@
 
 namespace ncclinsp::detail {
 
-/// mkdir -p; returns 0 or an errno value.
-inline int make_dirs(const std::string& dir) {
+/// mkdir -p; returns 0 or an errno value. Directories it creates are 0755 less the umask, or 0755
+/// exactly when `readable_by_all` (existing ones are left as they are).
+inline int make_dirs(const std::string& dir, bool readable_by_all = false) {
   if (dir.empty()) return 0;
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
   const auto slash = dir.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
-    if (int e = make_dirs(dir.substr(0, slash))) return e;
+    if (int e = make_dirs(dir.substr(0, slash), readable_by_all)) return e;
   }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+  if (::mkdir(dir.c_str(), 0755) != 0) return errno == EEXIST ? 0 : errno;
+  if (readable_by_all) {  // ours: through an fd, so a link swapped in meanwhile is not followed
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fchmod(fd, 0755);
+      ::close(fd);
+    }
+  }
   return 0;
 }
 
@@ -80,9 +91,10 @@ inline std::string temp_path(const std::string& dir, const std::string& name) {
   return dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." + hex;
 }
 
-/// Replaces `<dir>/<name>` with `data` atomically; returns 0 or an errno value.
+/// Replaces `<dir>/<name>` with `data` atomically, mode 0644 whatever the umask; returns 0 or an
+/// errno value.
 inline int write_file_atomic(const std::string& dir, const std::string& name, std::string_view data) {
-  if (int e = make_dirs(dir)) return e;
+  if (int e = make_dirs(dir, /*readable_by_all=*/true)) return e;
   const std::string path = dir + "/" + name;
   std::string tmp;
   int fd = -1;
@@ -92,7 +104,8 @@ inline int write_file_atomic(const std::string& dir, const std::string& name, st
     if (fd < 0 && errno != EEXIST) return errno;
   }
   if (fd < 0) return EEXIST;
-  int err = write_all(fd, data);
+  int err = ::fchmod(fd, 0644) != 0 ? errno : 0;  // our fresh file: the umask does not decide who reads it
+  if (!err) err = write_all(fd, data);
   if (::close(fd) != 0 && !err) err = errno;
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err) ::unlink(tmp.c_str());
