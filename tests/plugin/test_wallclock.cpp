@@ -86,12 +86,12 @@ TEST_CASE("wall clock jumps: no negative or day-long duration, no false hang, re
           }) == 0);
   const std::string live = slurp(dir + "/live.prom.copy");
   INFO(live.substr(0, 6000));
-  // No false hang: the in-flight op is about 0.4 s old, not a day; nothing reads as negative.
+  // No false hang: the in-flight op is at most 0.4 s old at the last export, not a day, not negative.
   const double age = sample(live, "ncclinsp_oldest_inflight_age_seconds", {"comm_name=\"wc\""});
-  CHECK(age >= 0.2);
+  CHECK(age >= 0.05);  // not clamped to 0 (the last export is up to an interval old)
   CHECK(age < 30);
   const double since = sample(live, "ncclinsp_seconds_since_last_completion", {"comm_name=\"wc\""});
-  CHECK(since >= 0.2);
+  CHECK(since >= 0.05);
   CHECK(since < 30);
   // Retention is monotonic: the finalized communicator is still exported.
   CHECK(sample(live, "ncclinsp_ops_total", {"comm_name=\"gone\""}) == 1);
