@@ -238,12 +238,13 @@ def native():
         "n_nodes>1 comm at once: fabric or a host on every path; only the n_nodes=1 comm of one "
         "node: its NVLink. The panels beside name the culprit."), w=12)
     L.add(timeseries(
-        "Send wait on the network per node / job median (slow host or NIC)", "short",
-        [target(f"ncclinsp_node:proxy_send_network_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}}")],
-        "Share of each node's sampled send-proxy wait spent waiting for the network, over the "
-        "job's median node (NCCLINSP_PROXY=1). One line rising alone names the slow host or NIC; "
-        "alert NcclinspHostNetworkSlow fires above 1.5 while a network comm is degraded.",
-        thresholds=[(1.5, "red")], min0=False), w=12)
+        "Network wire time per byte, in and out, per node / job median (slow host or NIC)", "short",
+        [target(f"ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}}")],
+        "Each node's sampled proxy send/network seconds per byte, the faster of its in and out "
+        "edges, over the job's median node (NCCLINSP_PROXY=1). A slow host is an endpoint of every "
+        "slow edge, its neighbours of one each: one line rising alone names the slow host or NIC; "
+        "alert NcclinspHostNetworkSlow fires above 1.15 while a network comm is degraded.",
+        thresholds=[(1.15, "red")], min0=False), w=12)
     L.add(timeseries(
         "Rank exec time per op / communicator median (straggler: lowest)", "percentunit",
         [target(f"min by (node, comm_name, rank) (ncclinsp:exec_ratio_to_comm_median:rate1m{{{J}, {N}, {C}}})",

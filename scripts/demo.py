@@ -6,15 +6,16 @@ Prometheus saw, who the alerts name, and how long after each onset they fired.
     demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick] [--webhook-port P]
 
 Timeline (simulated seconds = wall seconds, --speed 1):
-    default (9 min):  healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
-                      scenario 2: --slow-host 1:25@260-380 | healthy 380-410 |
-                      scenario 3: --straggler R:3@410-510 (node2's second GPU) | healthy 510-540
-    --quick (~4.7 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-182 |
-                      182-195 | straggler R:3@195-265 | 265-280
+    default (~10 min): healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
+                      scenario 2: --slow-host 1:25@260-380 | healthy 380-450 |
+                      scenario 3: --straggler R:3@450-550 (node2's second GPU) | healthy 550-580
+    --quick (~5.5 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-182 |
+                      182-245 | straggler R:3@245-315 | 315-330
 The job runs with proxy accounting on (NCCLINSP_PROXY=1): the slow host is named from its sampled
-proxy send/network wait (NcclinspHostNetworkSlow), the straggler from its exec time against its
-communicators' median rank (NcclinspRankStraggler); both signals exist on real hardware, unlike
-per-rank kernel time, which the coupled collectives equalize (docs/diagnosis.md).
+proxy network wire time per byte on its in and out edges (NcclinspHostNetworkSlow), the straggler
+from its exec time against its communicators' median rank (NcclinspRankStraggler); both signals exist on real hardware, unlike
+per-rank kernel time, which the coupled collectives equalize (docs/diagnosis.md). The gap before
+scenario 3 outlasts the host signal's 1 m window, so its alert does not carry into the straggler.
 (The degradation alert compares with the job's own median of the previous 10 min, offset 1 min:
 it cannot fire before ~90 s into a job, hence the 100 s end of scenario 1 in --quick.)
 The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
@@ -46,8 +47,8 @@ def say(msg):
 def schedule(quick):
     # straggler: (node, local GPU, delay ms, t0, t1)
     if quick:
-        return dict(duration=280, net=(40, 100, 50), slow=(1, 122, 182, 25), strag=(2, 1, 3, 195, 265))
-    return dict(duration=540, net=(90, 210, 50), slow=(1, 260, 380, 25), strag=(2, 1, 3, 410, 510))
+        return dict(duration=330, net=(40, 100, 50), slow=(1, 122, 182, 25), strag=(2, 1, 3, 245, 315))
+    return dict(duration=580, net=(90, 210, 50), slow=(1, 260, 380, 25), strag=(2, 1, 3, 450, 550))
 
 
 class Readout:
@@ -245,17 +246,18 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts2, "GB/s")
     tf2 = row("step throughput", r.tflops, pts2, "TFLOP/s/GPU")
 
-    # Attribution of scenario 2: each node's share of its sampled proxy send wait spent on the
-    # network, against the job's median node (the rule NcclinspHostNetworkSlow alerts on).
+    # Attribution of scenario 2: each node's network wire time per byte (sampled proxy send/network
+    # state), the faster of its in and out edges, against the job's median node (the rule
+    # NcclinspHostNetworkSlow alerts on: a slow host is the endpoint of every slow edge).
     t_a = slow1 - 1
     rows = sorted(((m, v) for m, v in prom.values(
-        f'ncclinsp_node:proxy_send_network_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
+        f'ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
         if math.isfinite(v)), key=lambda x: -x[1])
-    print(f"\n Attribution, scenario 2 (proxy send wait on the network vs the job's median node, at t={t_a}s, 1m):")
+    print(f"\n Attribution, scenario 2 (network wire time per byte, min of in/out edges, vs the job's median node, at t={t_a}s, 1m):")
     for m, v in rows[:4]:
         print(f"  {m.get('node'):<8} {v:5.2f}x the median node")
-    named = rows[0][0].get("node") if rows and rows[0][1] > 1.5 else None
-    print(f"  -> host named: {named or '(none above 1.5x)'}")
+    named = rows[0][0].get("node") if rows and rows[0][1] > 1.15 else None
+    print(f"  -> host named: {named or '(none above 1.15x)'}")
 
     print(f"\n Scenario 3: rank {st_rank} (node{st_node}) launches every op {st_ms} ms late, t={st0}-{st1}s")
     pts3 = [("before", st0 - 1), ("during", st1 - 1), ("after", s["duration"] - 1)]

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -88,6 +89,8 @@ struct options {
   bool verbose = false;
   u64 seed = 1;
   double launch_jitter_us = 5;  ///< each rank's launch time: + uniform [0, J) per op group
+  double wobble_pct = 0;        ///< healthy fabric wobble: every NIC x (1 + W/100 sin(2 pi t / period))
+  double wobble_period_s = 120;
   std::vector<fault> faults;
   std::vector<hang> hangs;
   int nic_count() const noexcept { return nics > 0 ? nics : gpus; }
@@ -259,9 +262,9 @@ struct model {
   double jitter_s() const { return o.launch_jitter_us * 1e-6; }
 
   // -- links ---------------------------------------------------------------------------------------
-  /// Bandwidth factor (1 = nominal) of NIC `nic` of `node` at time t: fabric x host x that NIC.
+  /// Bandwidth factor (1 = nominal) of NIC `nic` of `node` at time t: wobble x fabric x host x that NIC.
   double net_link(int node, int nic, double t) const {
-    double f = 1.0;
+    double f = 1.0 + o.wobble_pct / 100.0 * std::sin(2.0 * 3.141592653589793 * t / std::max(o.wobble_period_s, 1.0));
     for (const auto& x : o.faults) {
       if (!x.w.active(t)) continue;
       if (x.kind == fault_kind::net_degrade || (x.kind == fault_kind::slow_host && x.node == node) ||

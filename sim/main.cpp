@@ -515,6 +515,7 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     << ", \"gpus\": " << o.gpus << ", \"nics\": " << o.nic_count() << ", \"duration_s\": " << o.duration << ", \"steps\": " << o.steps
     << ", \"speed\": " << o.speed << ", \"node_prefix\": \"" << json_escape(o.node_prefix) << "\", \"seed\": " << o.seed
     << ", \"launch_jitter_us\": " << o.launch_jitter_us
+    << ", \"wobble_pct\": " << o.wobble_pct << ", \"wobble_period_s\": " << o.wobble_period_s
     << ", \"nvlink_busbw_gbs\": " << nvlink_busbw / 1e9 << ", \"network_busbw_gbs\": " << network_busbw / 1e9
     << ", \"nominal_step_s\": " << m.nominal_step_s << ", \"compute_s\": " << m.compute_s
     << ", \"flop_per_step_per_gpu\": " << m.flop_per_step << "},\n";
@@ -660,6 +661,8 @@ int main(int argc, char** argv) {
   app.add_option("--nics", o.nics, "NICs per node (default: one per GPU); channels are spread over them")->check(CLI::Range(0, 64));
   app.add_option("--launch-jitter-us", o.launch_jitter_us, "each rank launches each op group up to this much later (uniform)")
       ->check(CLI::NonNegativeNumber);
+  std::string wobble;
+  app.add_option("--wobble", wobble, "PCT[:PERIOD_S]: healthy fabric wobble, every NIC x (1 + PCT/100 sin(2 pi t / PERIOD_S)), period 120 s");
   app.add_option("--net-degrade", degr, "PCT@T0-T1: the fabric: every NIC's bandwidth x (1-PCT/100)");
   app.add_option("--slow-host", slow, "NODE:PCT@T0-T1: all NICs of that node (index or name) at (1-PCT/100)");
   app.add_option("--slow-nic", nic, "NODE:NIC:PCT@T0-T1: one NIC of that node at (1-PCT/100)");
@@ -695,6 +698,18 @@ int main(int argc, char** argv) {
     v = std::atoi(n.c_str());
     return v >= 0 && v < o.nodes;
   };
+  if (!wobble.empty()) {
+    const auto c = wobble.find(':');
+    char* e1 = nullptr;
+    o.wobble_pct = std::strtod(wobble.c_str(), &e1);
+    bool ok = e1 && (*e1 == 0 || *e1 == ':') && o.wobble_pct >= 0 && o.wobble_pct < 50;
+    if (ok && c != std::string::npos) {
+      char* e2 = nullptr;
+      o.wobble_period_s = std::strtod(wobble.c_str() + c + 1, &e2);
+      ok = e2 && *e2 == 0 && o.wobble_period_s >= 1;
+    }
+    if (!ok) return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()), 2;
+  }
   std::vector<std::string> fs_;
   for (const auto& s : degr) {
     fault f;
