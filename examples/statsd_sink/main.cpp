@@ -64,7 +64,7 @@ int self_test() {
     }
   }
   std::printf("%d datagram(s):\n%s", datagrams, all.c_str());
-  // One value per name and label set in an export.
+  // One value per family and label set: no line repeats its name and tags.
   std::istringstream lines(all);
   std::set<std::string> keys;
   bool unique = true;
@@ -74,12 +74,12 @@ int self_test() {
     unique = keys.insert(l.substr(0, colon) + l.substr(bar)).second && unique;
   }
   const bool ok = datagrams >= 2 && unique &&
-                  all.find("nccl.ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
+                  all.find("nccl.ncclinsp_ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
                   all.find(",comm_name:dp,comm_hash:0000000000000003,rank:1,nranks:4,n_nodes:1,collective:AllReduce,message_size:4MiB-8MiB,"
                            "algo_proto:RING_SIMPLE") != std::string::npos &&
-                  all.find("nccl.busy_ms:0.8|c") != std::string::npos && all.find("nccl.busbw_gbs:") != std::string::npos &&
-                  all.find("nccl.ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
-                  all.find("nccl.inflight:0|g|#comm_name:dp,rank:1") != std::string::npos;
+                  all.find("nccl.ncclinsp_busy_seconds:8e-04|c") != std::string::npos && all.find("nccl.nccl_bus_bandwidth_gbs:") != std::string::npos &&
+                  all.find("nccl.ncclinsp_ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
+                  all.find("nccl.ncclinsp_inflight_ops:0|g|#") != std::string::npos;
   std::puts(ok ? "statsd self-test ok" : "statsd self-test FAILED");
   return ok ? 0 : 1;
 }

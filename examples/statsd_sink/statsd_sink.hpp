@@ -1,17 +1,17 @@
 #pragma once
 /// A custom sink for in-house telemetry: StatsD line protocol (DogStatsD tags) over UDP.
 ///
-/// It reads the snapshot series by series through format::group_cells, the grouping the .prom
-/// files use, so each label set gets exactly one value per export:
-///   <prefix>ops:<n>|c|#tags            per op series (the native labels: communicator, collective,
-///   <prefix>bytes:<n>|c|#tags          power-of-two message_size, algo_proto): the increase since
-///   <prefix>busy_ms:<x>|c|#tags        the previous export (StatsD counters are deltas)
-///   <prefix>busbw_gbs:<x>|g|#tags      per Inspector gauge series (Inspector's labels): the
-///                                      window's geometric mean bus bandwidth (GB/s)
-/// and per communicator <prefix>inflight:<n>|g and <prefix>oldest_inflight_s:<x>|g (hang signal).
-/// Tags are the labels (`name:value`). Do not loop over snapshot.cells instead: cells are also
-/// keyed by timing source, user tag and Inspector's finer size buckets, so several cells share one
-/// label set and a gauge sent per cell is overwritten by the last (this example's former bug).
+/// It walks the metric catalogue series by series (ncclinsp::format::for_each_sample), so it sends
+/// the same families and label sets as the .prom files, one value per family and label set:
+///   <prefix><family>:<delta>|c|#tags   counters (ncclinsp_ops, ncclinsp_bytes, ncclinsp_busy_seconds,
+///                                      drops, ...): the increase since the previous export
+///   <prefix><family>:<x>|g|#tags       gauges (nccl_bus_bandwidth_gbs: the window's busbw in GB/s,
+///                                      nccl_collective_exec_time_microseconds, ncclinsp_inflight_ops,
+///                                      ncclinsp_oldest_inflight_age_seconds: the hang signal, ...)
+/// Family names are the OTLP ones (no `_total`); tags are the labels (`name:value`). The duration
+/// histogram, ncclinsp_info and the export timestamp are left out (StatsD has its own timers).
+/// Looping over snapshot.cells instead would send several values under one label set: cells are
+/// also keyed by timing source, user tag and Inspector's finer size buckets.
 /// Lines are packed into datagrams of at most `max_datagram` bytes; sendto() is non-blocking and
 /// a failed datagram is counted, never retried (StatsD is fire-and-forget).
 ///
@@ -23,14 +23,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 
-#include <ncclinsp/bucketing.hpp>
-#include <ncclinsp/format/series.hpp>
+#include <ncclinsp/format/catalogue.hpp>
 #include <ncclinsp/format/text.hpp>
 #include <ncclinsp/sink.hpp>
 
@@ -72,33 +70,26 @@ class statsd_sink {
         packet += packet.empty() ? "" : "\n";
         packet += l;
       };
-      auto tags = [](const ncclinsp::format::label_list& labels) {
-        std::string t = "|#";
-        for (const auto& [k, v] : labels) {
-          if (t.size() > 2) t += ',';
-          t += k;
-          t += ':';
-          for (char ch : v) t += (ch == ',' || ch == '|' || ch == '#' || ch == ':' || ch == '\n') ? '_' : ch;
+      ncclinsp::format::for_each_sample(snap, [&](const ncclinsp::format::metric_family& f, const ncclinsp::format::label_list& labels, double v,
+                                                  const ncclinsp::format::series_row&) {
+        if (f.type == ncclinsp::format::metric_type::histogram || f.name == "ncclinsp_info" || f.name == "ncclinsp_export_timestamp_seconds") return;
+        std::string tags = "|#";
+        for (const auto& [k, val] : labels) {
+          if (tags.size() > 2) tags += ',';
+          tags += k;
+          tags += ':';
+          for (char ch : val) tags += (ch == ',' || ch == '|' || ch == '#' || ch == '\n' || ch == ':') ? '_' : ch;
         }
-        return t;
-      };
-      const ncclinsp::format::op_series series = ncclinsp::format::group_cells(snap, {}, /*compat_gauges=*/true);
-      for (const auto& [labels, t] : series.native) {  // cumulative: send the increase
-        const std::string tg = tags(labels);
-        ncclinsp::cell_stats& prev = last_[tg];
-        if (t.ops > prev.ops) line(o_.prefix + "ops:" + std::to_string(t.ops - prev.ops) + "|c" + tg);
-        if (t.bytes > prev.bytes) line(o_.prefix + "bytes:" + std::to_string(t.bytes - prev.bytes) + "|c" + tg);
-        if (t.busy_ns > prev.busy_ns) line(o_.prefix + "busy_ms:" + number(static_cast<double>(t.busy_ns - prev.busy_ns) / 1e6) + "|c" + tg);
-        prev = t;
-      }
-      for (const auto* compat : {&series.compat_coll, &series.compat_p2p})
-        for (const auto& [labels, w] : *compat)
-          if (w.bw_count) line(o_.prefix + "busbw_gbs:" + number(std::exp(w.log_sum / static_cast<double>(w.bw_count))) + "|g" + tags(labels));
-      for (const auto& c : snap.comms) {
-        const std::string tags = "|#comm_name:" + ncclinsp::format::comm_name(c.desc) + ",rank:" + std::to_string(c.desc.rank);
-        line(o_.prefix + "inflight:" + std::to_string(c.inflight) + "|g" + tags);
-        line(o_.prefix + "oldest_inflight_s:" + number(c.oldest_inflight_age_s) + "|g" + tags);
-      }
+        const std::string name = o_.prefix + std::string(f.otlp_name());
+        if (f.type == ncclinsp::format::metric_type::counter) {
+          double& prev = last_[name + tags];
+          const double delta = v - prev;
+          prev = v;
+          if (delta > 0) line(name + ":" + number(delta) + "|c" + tags);
+        } else {
+          line(name + ":" + number(v) + "|g" + tags);
+        }
+      });
       if (!packet.empty()) ok = send(packet) && ok;
       return ok ? ncclinsp::export_result::success : ncclinsp::export_result::failure;
     } catch (...) {
@@ -132,7 +123,7 @@ class statsd_sink {
 
   statsd_options o_;
   std::shared_ptr<state> state_;
-  std::map<std::string, ncclinsp::cell_stats> last_;  // per op series (by its tags): what was sent so far
+  std::map<std::string, double> last_;  // counter values sent so far, by name and tags
 };
 
 static_assert(ncclinsp::sink<statsd_sink>);

@@ -327,16 +327,7 @@ class collector {
       for (std::uint32_t i = 0; i < Traits::cells_per_shard; ++i) {
         const std::uint64_t key = s->cells[i].key.load(std::memory_order_acquire);
         if (key == 0) continue;
-        const cell& cl = s->cells[i];
-        cell_stats& t = totals[key];
-        t.ops += cl.ops.load(std::memory_order_relaxed);
-        t.invalid += cl.invalid.load(std::memory_order_relaxed);
-        t.bytes += cl.bytes.load(std::memory_order_relaxed);
-        t.busy_ns += cl.busy_ns.load(std::memory_order_relaxed);
-        t.bw_count += cl.bw_count.load(std::memory_order_relaxed);
-        t.bus_bytes += cl.bus_bytes.load(std::memory_order_relaxed);
-        t.log_busbw_sum += cl.log_busbw_sum.load(std::memory_order_relaxed);
-        for (std::size_t b = 0; b < duration_buckets; ++b) t.hist[b] += cl.hist[b].load(std::memory_order_relaxed);
+        for_each_stat(totals[key], s->cells[i], [](auto& sum, const auto& v) { sum += v.load(std::memory_order_relaxed); });
       }
       if (s->ring) drain_records(*s, snap, comm_index);
     }
@@ -385,7 +376,7 @@ class collector {
   }
   static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
 
-  struct alignas(detail::cache_line) cell {
+  struct alignas(detail::cache_line) cell {  // cell_stats' fields as atomics (for_each_stat walks both)
     std::atomic<std::uint64_t> key{0};
     std::atomic<std::uint64_t> ops{0}, invalid{0}, bytes{0}, busy_ns{0}, bw_count{0};
     std::atomic<double> bus_bytes{0}, log_busbw_sum{0};
@@ -560,10 +551,7 @@ class collector {
     }
     if (reusable) NCCLINSP_UNLIKELY {
       reusable->key.store(0, std::memory_order_release);  // the exporter skips it while it is rewritten
-      for (auto* a : {&reusable->ops, &reusable->invalid, &reusable->bytes, &reusable->busy_ns, &reusable->bw_count}) a->store(0, std::memory_order_relaxed);
-      reusable->bus_bytes.store(0, std::memory_order_relaxed);
-      reusable->log_busbw_sum.store(0, std::memory_order_relaxed);
-      for (auto& h : reusable->hist) h.store(0, std::memory_order_relaxed);
+      for_each_stat(*reusable, *reusable, [](auto& v, auto&) { v.store(0, std::memory_order_relaxed); });
       reusable->key.store(key, std::memory_order_release);
       return reusable;
     }
@@ -620,15 +608,8 @@ class collector {
   }
 
   static cell_stats diff(const cell_stats& a, const cell_stats& b) noexcept {
-    cell_stats d;
-    d.ops = a.ops - b.ops;
-    d.invalid = a.invalid - b.invalid;
-    d.bytes = a.bytes - b.bytes;
-    d.busy_ns = a.busy_ns - b.busy_ns;
-    d.bw_count = a.bw_count - b.bw_count;
-    d.bus_bytes = a.bus_bytes - b.bus_bytes;
-    d.log_busbw_sum = a.log_busbw_sum - b.log_busbw_sum;
-    for (std::size_t i = 0; i < duration_buckets; ++i) d.hist[i] = a.hist[i] - b.hist[i];
+    cell_stats d = a;
+    for_each_stat(d, b, [](auto& x, const auto& y) { x -= y; });
     return d;
   }
 

@@ -56,6 +56,21 @@ struct cell_stats {
   std::uint64_t valid_ops() const noexcept { return ops - invalid; }
 };
 
+/// The fields of cell_stats, listed once: calls f(a.x, b.x) for every field x (the histogram
+/// bucket by bucket). Works on any two types with these members, such as the collector's atomic
+/// cells, so merging, diffing and resetting are each one loop.
+template <class A, class B, class F>
+constexpr void for_each_stat(A& a, B& b, F&& f) {
+  f(a.ops, b.ops);
+  f(a.invalid, b.invalid);
+  f(a.bytes, b.bytes);
+  f(a.busy_ns, b.busy_ns);
+  f(a.bw_count, b.bw_count);
+  f(a.bus_bytes, b.bus_bytes);
+  f(a.log_busbw_sum, b.log_busbw_sum);
+  for (std::size_t i = 0; i < duration_buckets; ++i) f(a.hist[i], b.hist[i]);
+}
+
 struct cell_snapshot {
   std::uint32_t comm = 0;   ///< index into snapshot::comms
   func fn = func::unknown;

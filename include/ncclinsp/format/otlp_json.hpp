@@ -4,22 +4,23 @@
 /// Pure: no I/O, no globals. Unlike NCCL Inspector's OTLP mode (gauges only), the native counters
 /// are cumulative monotonic Sums (aggregationTemporality 2, startTimeUnixNano = collector start)
 /// and the duration is a Histogram (explicitBounds / bucketCounts / sum / count), so a backend can
-/// compute rates and quantiles. Data point attributes carry exactly our Prometheus label names
-/// (docs/metrics.md). Metric names are the Prometheus family names without the `_total` suffix
-/// and with units `{op}`, `By`, `s`: an OTel Collector's prometheus exporter or Prometheus's OTLP
-/// receiver (suffixes on) turns them back into the docs/metrics.md names.
+/// compute rates and quantiles. The families, help texts, units and data point attributes are the
+/// catalogue's (format/catalogue.hpp: the Prometheus label names, docs/metrics.md). Metric names
+/// are the Prometheus family names without the `_total` suffix and with units `{op}`, `By`, `s`:
+/// an OTel Collector's prometheus exporter or Prometheus's OTLP receiver (suffixes on) turns them
+/// back into the docs/metrics.md names.
 /// Thread-safety: pure function (cold path, exporter thread).
 
 #include <cmath>
 #include <cstdint>
-#include <deque>
-#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "ncclinsp/bucketing.hpp"
+#include "ncclinsp/format/catalogue.hpp"
 #include "ncclinsp/format/series.hpp"
 #include "ncclinsp/format/text.hpp"
 #include "ncclinsp/histogram.hpp"
@@ -129,65 +130,40 @@ inline void write_metric(std::string& out, const otlp_metric& m) {
 
 /// Returns the request body for `snap`, or an empty string when it holds no communicator (nothing
 /// to send). All GPUs of the snapshot go in one request; `gpu`/`uuid` attributes tell them apart.
+/// Every family of the catalogue (format/catalogue.hpp) that has data points, in its order.
 template <class NativeBucketer = pow2_bucketer>
 std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {}) {
   using namespace detail;
   if (snap.comms.empty()) return {};
   const std::uint64_t now = snap.time_unix_ns;
   const std::uint64_t start = o.start_time_unix_ns && o.start_time_unix_ns <= now ? o.start_time_unix_ns : now;
+  const series_table table = collect_series<NativeBucketer>(snap, std::nullopt, o.compat_gauges);
 
-  // ---- the same series as the Prometheus serializer (format/series.hpp) ------------------------
-  const op_series series = group_cells<NativeBucketer>(snap, {}, o.compat_gauges);
-  const auto& native = series.native;
-  const auto& compat_coll = series.compat_coll;
-  const auto& compat_p2p = series.compat_p2p;
-
-  std::deque<otlp_metric> metrics;  // deque: references stay valid while more metrics are added
-  auto metric = [&](std::string name, std::string unit, otlp_metric::kind_t k, std::string help) -> otlp_metric& {
-    metrics.push_back({std::move(name), std::move(help), std::move(unit), k, {}});
-    return metrics.back();
-  };
-
-  // ---- Inspector-compatible window gauges ------------------------------------------------------
-  if (o.compat_gauges) {
-    auto compat = [&](const std::map<attribute_list, window_acc>& m, const char* bw, const char* t, const char* what) {
-      if (m.empty()) return;
-      otlp_metric& b = metric(bw, "GB/s", otlp_metric::gauge_double,
-                              std::string("Geometric mean bus bandwidth (GB/s) of ") + what + " in the last export window (Inspector-compatible).");
-      for (const auto& [a, w] : m) number_point(b, a, start, now, w.bw_count ? std::exp(w.log_sum / static_cast<double>(w.bw_count)) : 0.0);
-      otlp_metric& e = metric(t, "us", otlp_metric::gauge_double,
-                              std::string("Mean execution time (microseconds) of ") + what + " in the last export window (Inspector-compatible).");
-      for (const auto& [a, w] : m) number_point(e, a, start, now, static_cast<double>(w.busy_ns) / static_cast<double>(w.valid) / 1e3);
-    };
-    compat(compat_coll, "nccl_bus_bandwidth_gbs", "nccl_collective_exec_time_microseconds", "collectives");
-    compat(compat_p2p, "nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds", "P2P operations");
-  }
-
-  // ---- native cumulative Sums and the duration Histogram ---------------------------------------
-  if (!native.empty()) {
-    otlp_metric& ops = metric("ncclinsp_ops", "{op}", otlp_metric::sum_int, "Completed NCCL operations.");
-    for (const auto& [a, t] : native) number_point(ops, a, start, now, static_cast<double>(t.ops));
-    otlp_metric& bytes = metric("ncclinsp_bytes", "By", otlp_metric::sum_int, "Message bytes per rank as NCCL reports them.");
-    for (const auto& [a, t] : native) number_point(bytes, a, start, now, static_cast<double>(t.bytes));
-    otlp_metric& bus = metric("ncclinsp_bus_bytes", "By", otlp_metric::sum_double,
-                              "Bus bytes (traffic x nccl-tests bus factor); rate(bus_bytes)/rate(busy_seconds) is bus bandwidth.");
-    for (const auto& [a, t] : native) number_point(bus, a, start, now, t.bus_bytes);
-    otlp_metric& busy = metric("ncclinsp_busy_seconds", "s", otlp_metric::sum_double, "Sum of operation durations.");
-    for (const auto& [a, t] : native) number_point(busy, a, start, now, static_cast<double>(t.busy_ns) * 1e-9);
-    otlp_metric& h = metric("ncclinsp_op_duration_seconds", "s", otlp_metric::histogram, "Operation duration.");
-    for (const auto& [a, t] : native) {
+  std::vector<otlp_metric> metrics;
+  metrics.reserve(catalogue.size());
+  for (const metric_family& fam : catalogue) {
+    if (fam.compat && !o.compat_gauges) continue;
+    const auto kind = fam.type == metric_type::histogram ? otlp_metric::histogram
+                      : fam.type == metric_type::counter  ? (fam.integer ? otlp_metric::sum_int : otlp_metric::sum_double)
+                                                          : (fam.integer ? otlp_metric::gauge_int : otlp_metric::gauge_double);
+    otlp_metric& m = metrics.emplace_back(otlp_metric{std::string(fam.otlp_name()), std::string(fam.help), std::string(fam.unit), kind, {}});
+    for (const series_row& r : table.of(fam.source)) {
+      if (kind != otlp_metric::histogram) {
+        number_point(m, r.labels, start, now, fam.value(r));
+        continue;
+      }
       std::string p;
-      point_header(p, a, start, now, true);
+      point_header(p, r.labels, start, now, true);
       std::uint64_t count = 0;
-      for (auto c : t.hist) count += c;
+      for (auto c : r.stats.hist) count += c;
       p += ",\"count\":";
       json_u64(p, count);
       p += ",\"sum\":";
-      json_double(p, static_cast<double>(t.busy_ns) * 1e-9);
+      json_double(p, static_cast<double>(r.stats.busy_ns) * 1e-9);
       p += ",\"bucketCounts\":[";
       for (std::size_t b = 0; b < duration_buckets; ++b) {
         if (b) p += ',';
-        json_u64(p, t.hist[b]);
+        json_u64(p, r.stats.hist[b]);
       }
       p += "],\"explicitBounds\":[";
       for (std::size_t b = 0; b < duration_bounds_ns.size(); ++b) {
@@ -195,52 +171,9 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
         json_double(p, static_cast<double>(duration_bounds_ns[b]) * 1e-9);
       }
       p += "]}";
-      h.points.push_back(std::move(p));
+      m.points.push_back(std::move(p));
     }
   }
-
-  // ---- communicator health ---------------------------------------------------------------------
-  auto per_comm = [&](const char* name, const char* unit, otlp_metric::kind_t k, const char* help, auto value) {
-    otlp_metric& m = metric(name, unit, k, help);
-    std::map<attribute_list, double> rows;
-    for (const auto& c : snap.comms) {
-      attribute_list a = comm_labels(snap, c.desc);
-      add_user_labels(a, snap);
-      rows[a] += value(c);
-    }
-    for (const auto& [a, v] : rows) number_point(m, a, start, now, v);
-  };
-  per_comm("ncclinsp_inflight_ops", "{op}", otlp_metric::gauge_int, "Operations handed to the GPU and not yet completed.",
-           [](const comm_snapshot& c) { return static_cast<double>(c.inflight); });
-  per_comm("ncclinsp_oldest_inflight_age_seconds", "s", otlp_metric::gauge_double, "Age of the oldest in-flight operation: the hang signal.",
-           [](const comm_snapshot& c) { return c.oldest_inflight_age_s; });
-  per_comm("ncclinsp_seconds_since_last_completion", "s", otlp_metric::gauge_double, "Seconds since the communicator last completed an operation.",
-           [](const comm_snapshot& c) { return c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s; });
-  per_comm("ncclinsp_abandoned_ops", "{op}", otlp_metric::sum_int, "Operations still in flight when their communicator was destroyed.",
-           [](const comm_snapshot& c) { return static_cast<double>(c.abandoned); });
-
-  // ---- per GPU: dropped and filtered -----------------------------------------------------------
-  std::map<attribute_list, double> dropped, filtered;
-  auto per_gpu = [&](const comm_desc& d, const auto& drops, const auto& filters) {
-    for (std::size_t r = 0; r < drop_reason_names.size(); ++r) {
-      attribute_list a = identity_labels(snap, d);
-      a.emplace_back("reason", drop_reason_names[r]);
-      add_user_labels(a, snap);
-      dropped[a] += static_cast<double>(drops[r]);
-    }
-    for (std::size_t r = 0; r < filter_reason_names.size(); ++r) {
-      attribute_list a = identity_labels(snap, d);
-      a.emplace_back("reason", filter_reason_names[r]);
-      add_user_labels(a, snap);
-      filtered[a] += static_cast<double>(filters[r]);
-    }
-  };
-  for (const auto& c : snap.comms) per_gpu(c.desc, c.dropped, c.filtered);
-  for (const auto& d : snap.departed) per_gpu(d.gpu, d.dropped, d.filtered);
-  otlp_metric& dm = metric("ncclinsp_dropped_events", "{event}", otlp_metric::sum_int, "Events lost, by reason (never silent).");
-  for (const auto& [a, v] : dropped) number_point(dm, a, start, now, v);
-  otlp_metric& fm = metric("ncclinsp_filtered_ops", "{op}", otlp_metric::sum_int, "Operations skipped on purpose, by reason.");
-  for (const auto& [a, v] : filtered) number_point(fm, a, start, now, v);
 
   // ---- the request -----------------------------------------------------------------------------
   std::string out;

@@ -1,12 +1,11 @@
 #pragma once
-/// The metric schema in one place: which label set each cell, communicator and GPU gets, and how
-/// cells are grouped into series (Inspector's window gauges, native counters and histograms).
-/// The Prometheus and OTLP serializers both render these groups, so their series always carry the
-/// same names and values (docs/metrics.md). Pure functions over a snapshot (cold path).
+/// The label sets of the metric schema: which labels a communicator, a GPU and an op cell get,
+/// and the cardinality controls that drop some of them. The catalogue (format/catalogue.hpp)
+/// groups cells into series with them; every serializer renders the catalogue (docs/metrics.md).
+/// Pure functions over a snapshot (cold path).
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -106,57 +105,5 @@ struct window_acc {
   std::uint64_t valid = 0, busy_ns = 0, bw_count = 0;
   double log_sum = 0;
 };
-
-/// Cells grouped into series, sorted by label list (deterministic output).
-struct op_series {
-  std::map<label_list, window_acc> compat_coll, compat_p2p;  ///< ops completed in this window only
-  std::map<label_list, cell_stats> native;                   ///< cumulative
-};
-
-/// Groups the cells of GPU `uuid` (all GPUs when empty).
-template <class NativeBucketer = pow2_bucketer>
-op_series group_cells(const snapshot& snap, std::string_view uuid, bool compat_gauges, const cardinality& card = {}) {
-  op_series out;
-  const auto& ident = snap.identity;
-  const std::string version = compat_version(snap);
-  for (const auto& cell : snap.cells) {
-    const comm_desc& d = snap.comms[cell.comm].desc;
-    if (!uuid.empty() && d.uuid != uuid) continue;
-    const bool p2p = is_p2p(cell.fn);
-    const std::string ap = card.algo_proto ? algo_proto_label(cell.alg, cell.pro) : std::string();
-    const std::string fn(to_string(cell.fn));
-    if (compat_gauges && cell.window.valid_ops() > 0) {
-      label_list l = {{"version", version}, {"slurm_job_id", ident.slurm_job_id}, {"node", ident.node}, {"gpu", gpu_label(d)},
-                      {"comm_name", comm_name(d)}, {"n_nodes", std::to_string(d.nnodes)}, {"nranks", std::to_string(d.nranks)}};
-      if (p2p)
-        l.insert(l.end(), {{"p2p_operation", fn}, {"message_size", inspector_bucketer::label(cell.size_index)}});
-      else
-        l.insert(l.end(), {{"collective", fn}, {"message_size", inspector_bucketer::label(cell.size_index)}});
-      if (!p2p && card.algo_proto) l.emplace_back("algo_proto", ap);
-      if (card.uuid) l.emplace_back("uuid", d.uuid);
-      add_user_labels(l, snap);
-      window_acc& w = (p2p ? out.compat_p2p : out.compat_coll)[l];
-      w.valid += cell.window.valid_ops();
-      w.busy_ns += cell.window.busy_ns;
-      w.bw_count += cell.window.bw_count;
-      w.log_sum += cell.window.log_busbw_sum;
-    }
-    label_list l = comm_labels(snap, d, card);
-    const std::uint32_t nb = NativeBucketer::index(inspector_bucketer::lower_bound(cell.size_index));
-    l.insert(l.end(), {{"collective", fn},
-                       {"message_size", cell.total.valid_ops() ? size_label<NativeBucketer>(nb, card.size_bucket_bits) : std::string("invalid")}});
-    if (card.algo_proto) l.emplace_back("algo_proto", ap);
-    if (cell.tag_index || !snap.user_tags.empty()) l.emplace_back("user_tag", user_tag_label(snap, cell.tag_index));
-    add_user_labels(l, snap);
-    cell_stats& t = out.native[l];
-    t.ops += cell.total.ops;
-    t.invalid += cell.total.invalid;
-    t.bytes += cell.total.bytes;
-    t.busy_ns += cell.total.busy_ns;
-    t.bus_bytes += cell.total.bus_bytes;
-    for (std::size_t b = 0; b < duration_buckets; ++b) t.hist[b] += cell.total.hist[b];
-  }
-  return out;
-}
 
 }  // namespace ncclinsp::format
