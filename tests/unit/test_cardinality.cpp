@@ -44,7 +44,9 @@ snapshot churn_snapshot(int n, int sizes) {
   delete col;
   col = new collector<>(co);
   for (int c = 0; c < n; ++c) {
-    const auto h = col->add_comm({.name = "c" + std::to_string(c), .hash = 0x1000u + static_cast<std::uint64_t>(c), .rank = 0,
+    std::string name = "c";  // not "c" + std::to_string(c): GCC 12 -O3 reports a false -Wrestrict in operator+
+    name += std::to_string(c);
+    const auto h = col->add_comm({.name = name, .hash = 0x1000u + static_cast<std::uint64_t>(c), .rank = 0,
                                   .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
     for (int k = 0; k < sizes; ++k)
       col->record(h, fixture::op(func::all_reduce, std::uint64_t{1} << (12 + 2 * k), dtype::int8, 100'000, static_cast<std::uint64_t>(k + 1)));
