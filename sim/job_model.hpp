@@ -264,7 +264,8 @@ struct model {
   // -- links ---------------------------------------------------------------------------------------
   /// Bandwidth factor (1 = nominal) of NIC `nic` of `node` at time t: wobble x fabric x host x that NIC.
   double net_link(int node, int nic, double t) const {
-    double f = 1.0 + o.wobble_pct / 100.0 * std::sin(2.0 * 3.141592653589793 * t / std::max(o.wobble_period_s, 1.0));
+    double f = 1.0;  // the wobble only when asked for: this runs for every edge of every op of every rank
+    if (o.wobble_pct > 0) f += o.wobble_pct / 100.0 * std::sin(2.0 * 3.141592653589793 * t / std::max(o.wobble_period_s, 1.0));
     for (const auto& x : o.faults) {
       if (!x.w.active(t)) continue;
       if (x.kind == fault_kind::net_degrade || (x.kind == fault_kind::slow_host && x.node == node) ||
