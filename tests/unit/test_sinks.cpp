@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <atomic>
+#include <thread>
+#include <vector>
 
 #include "format_fixture.hpp"
 #include "ncclinsp/sinks/callback_sink.hpp"
@@ -85,6 +88,41 @@ TEST_CASE("PromTextfileSink: a path that is a regular file warns once and recove
   ::unlink(dir.c_str());
   CHECK(sink.write(snap) == export_result::success);
   CHECK(list_dir(dir).size() == 2);
+}
+
+TEST_CASE("Two writers of one file in one process (an old exporter and a re-initialized one) never share a temporary file", "[sink][prom][atomic]") {
+  // After dlclose/dlopen a new exporter runs beside the old one, in the same process, writing the
+  // same .prom name. Sharing a temporary name (pid only), one would truncate or rename the other's
+  // half-written file: a torn file published, or a failed rename. Each writer's payload is one
+  // repeated letter with its length at the end, so a reader can tell a whole file from a mix.
+  const auto dir = scratch_dir("twowriters");
+  const std::size_t size = 256 << 10;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0}, torn{0}, reads{0};
+  std::vector<std::thread> writers;
+  for (char letter : {'a', 'b', 'c', 'd'})
+    writers.emplace_back([&, letter] {
+      const std::string body = std::string(size, letter) + "\n" + std::to_string(size) + "\n";
+      for (int i = 0; i < 150; ++i) failures += detail::write_file_atomic(dir, "m.prom", body) != 0;
+    });
+  std::thread reader([&] {
+    while (!stop.load()) {
+      const std::string t = fixture::slurp(dir + "/m.prom");
+      if (t.empty()) continue;
+      ++reads;
+      const std::string tail = "\n" + std::to_string(size) + "\n";
+      const bool whole = t.size() == size + tail.size() && t.compare(size, tail.size(), tail) == 0 &&
+                         t.find_first_not_of(t[0]) == size;
+      torn += !whole;
+    }
+  });
+  for (auto& w : writers) w.join();
+  stop = true;
+  reader.join();
+  CHECK(failures.load() == 0);
+  CHECK(torn.load() == 0);
+  CHECK(reads.load() > 0);
+  CHECK(list_dir(dir).size() == 1);  // no temporary file left behind
 }
 
 TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no temp file", "[sink][prom][faults]") {
