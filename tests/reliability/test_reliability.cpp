@@ -1199,7 +1199,8 @@ TEST_CASE("4096 live communicators: the next one runs without ncclinsp and is co
             std::vector<void*> ctx(limit + 1, nullptr);
             int mask = 0;
             for (int i = 0; i < limit; ++i) {
-              const std::string name = "c" + std::to_string(i);
+              std::string name = "c";  // not "c" + std::to_string(i): GCC 12 -O3 reports a false -Wrestrict in operator+
+              name += std::to_string(i);
               if (t->init(&ctx[i], 1000u + i, &mask, name.c_str(), 1, 2, 0, capture_logger) != abi::success || !ctx[i]) {
                 std::fprintf(stderr, "communicator %d refused\n", i);
                 return 1;
