@@ -125,7 +125,7 @@ row measure(double rate, double seconds, bool enabled = true) {
     }
   }
   r.ok = r.ops > 0 && r.records == r.ops && r.dropped == 0 && r.completed == r.ops;
-  (void)std::system(("rm -rf '" + dir + "'").c_str());
+  if (!std::getenv("NCCLINSP_BENCH_KEEP")) (void)std::system(("rm -rf '" + dir + "'").c_str());
   return r;
 }
 
@@ -147,15 +147,15 @@ int main(int argc, char** argv) {
   const char* verbose = std::getenv("NCCL_INSPECTOR_DUMP_VERBOSE");
   std::printf("JSON mode (%s), interval 1 s, 1 communicator, 1 MiB AllReduce/AllGather/ReduceScatter, 4 channels, %.0f s per rate\n\n",
               verbose && *verbose == '1' ? "verbose" : "default", seconds);
-  std::printf("| target ops/s | achieved ops/s | ops | records written | dropped (counted) | peak RSS MiB | writer CPU us/record | lossless |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| target ops/s | achieved ops/s | ops | records written | dropped (counted) | peak RSS MiB | writer CPU us/record | process CPU s | lossless |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   double best_cost = 0;
   for (const row& r : rows) {
     const double cost = r.records ? r.writer_cpu_s / static_cast<double>(r.records) * 1e6 : 0;
     if (cost > 0 && r.ok && (best_cost == 0 || cost < best_cost)) best_cost = cost;  // lossless runs: every record written in the run
-    std::printf("| %.0f | %.0f | %llu | %llu | %llu | %.1f | %.2f | %s |\n", r.rate, r.achieved, static_cast<unsigned long long>(r.ops),
+    std::printf("| %.0f | %.0f | %llu | %llu | %llu | %.1f | %.2f | %.2f | %s |\n", r.rate, r.achieved, static_cast<unsigned long long>(r.ops),
                 static_cast<unsigned long long>(r.records), static_cast<unsigned long long>(r.dropped), static_cast<double>(r.max_rss_kib) / 1024.0,
-                cost, r.ok ? "yes" : "no");
+                cost, r.cpu_s, r.ok ? "yes" : "no");
   }
   std::printf("\nsustained lossless rate: %.0f ops/s (highest rate of the sweep with every lower rate lossless too)\n", lossless);
   if (best_cost > 0)

@@ -18,6 +18,14 @@
 /// drains it (take_records) long before it is full instead of waiting for the next export. The
 /// crossing is the only extra work: one locked increment, plus a futex wake only if the exporter
 /// sleeps. Records that find their ring full are dropped and counted (record_ring_full).
+/// With record_ring_max above record_ring_capacity the ring grows: its storage is chunks of up to
+/// 1,024 records (256 with traces) that only the exporter allocates and frees, in take_records and
+/// take_snapshot. The exporter keeps the ring's writable window at about one second of the rate it
+/// measures (at least record_ring_capacity, at most record_ring_max records) ahead of what it has
+/// drained, so a writer that is late (descheduled, a slow disk) costs memory, not records; chunks
+/// outside the window are freed. The recording thread never allocates: it writes inside the window
+/// the exporter published or drops and counts, and rings the doorbell once more when the window
+/// has one chunk left.
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +57,8 @@ namespace ncclinsp {
 struct collector_options {
   /// Keep per-op records for JSON-lines output; capacity per thread shard (0 = off).
   std::uint32_t record_ring_capacity = 0;
+  /// The ring may grow up to this many records per thread (0 or <= record_ring_capacity: fixed).
+  std::uint32_t record_ring_max = 0;
   /// Keep the callback detail (op_trace) that record() is given with each per-op record (verbose
   /// JSON, per-channel trace tracks). Needs record_ring_capacity; costs a few KB per ring entry.
   bool record_traces = false;
@@ -80,6 +90,22 @@ class collector {
   }
   ~collector() {
     for (auto& s : shards_) delete s.load(std::memory_order_acquire);
+  }
+  /// Records a recording thread's ring holds at most (record_ring_max, or record_ring_capacity when
+  /// it does not grow), rounded up to whole chunks; 0 without records.
+  std::uint64_t record_ring_limit() const noexcept {
+    const ring_geometry g = geometry();
+    return std::uint64_t{g.chunk} * g.slots;
+  }
+  /// Bytes one ring entry takes (with its op_trace when `traced`): sizes record_ring_max from a
+  /// memory budget.
+  static constexpr std::size_t bytes_per_record(bool traced) noexcept { return sizeof(record_slot) + (traced ? sizeof(op_trace) : 0); }
+  /// Bytes of ring storage allocated now (all threads; exporter thread or tests).
+  std::uint64_t record_ring_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (auto& sp : shards_)
+      if (const shard* s = sp.load(std::memory_order_acquire); s && s->ring) n += std::uint64_t{s->allocated} * chunk_bytes(s->chunk);
+    return n;
   }
   collector(const collector&) = delete;
   collector& operator=(const collector&) = delete;
@@ -224,10 +250,11 @@ class collector {
   }
 
   /// Cold: a records-only snapshot (snapshot::records_only) in `snap`, whose vectors are reused
-  /// (cleared, capacity kept): the per-op records drained from the rings, with `identity`,
-  /// `time_unix_ns` and `comms` (descriptions and the retired flag only; counts are zero) for them
-  /// to refer to. No cells, no window. Same thread as take_snapshot().
-  void take_records(snapshot& snap) {
+  /// (cleared, capacity kept): the per-op records drained from the rings (at most `max_records`
+  /// per ring, so the exporter's buffers stay bounded), with `identity`, `time_unix_ns` and
+  /// `comms` (descriptions and the retired flag only; counts are zero) for them to refer to. No
+  /// cells, no window. Same thread as take_snapshot().
+  void take_records(snapshot& snap, std::uint64_t max_records = UINT64_MAX) {
     snap.records_only = true;
     snap.final = false;
     snap.time_unix_ns = unix_ns();
@@ -247,7 +274,7 @@ class collector {
       }
     }
     for (auto& sp : shards_)
-      if (shard* s = sp.load(std::memory_order_acquire); s && s->ring) drain_records(*s, snap, comm_index_);
+      if (shard* s = sp.load(std::memory_order_acquire); s && s->ring) drain_records(*s, snap, comm_index_, max_records);
   }
   snapshot take_records() {
     snapshot snap;
@@ -389,16 +416,56 @@ class collector {
     bool traced;  // shard::traces holds this entry's op_trace
   };
 
+  // One chunk of ring storage: `chunk` records, and their op_traces when record_traces.
+  struct ring_chunk {
+    std::unique_ptr<record_slot[]> rec;
+    std::unique_ptr<op_trace[]> traces;
+  };
+  struct ring_geometry {
+    std::uint32_t chunk = 0, slots = 0, floor = 0;  // records per chunk, chunk slots, always-writable records
+    bool grows = false;
+  };
+
   struct shard {
+    ~shard() {
+      if (ring)
+        for (std::uint32_t i = 0; i < slots; ++i) delete ring[i].load(std::memory_order_relaxed);
+      for (ring_chunk* k : spare) delete k;
+    }
     std::unique_ptr<cell[]> cells{new cell[Traits::cells_per_shard]};
-    std::unique_ptr<record_slot[]> ring;
-    std::unique_ptr<op_trace[]> traces;  // parallel to ring, when record_traces
-    std::uint32_t ring_cap = 0;
+    // Ring position p lives in chunk ring[(p / chunk) % slots] at p % chunk. Chunks are allocated
+    // and freed by the exporter only (and by the thread that makes the shard, before publishing it).
+    std::unique_ptr<std::atomic<ring_chunk*>[]> ring;
+    std::uint32_t chunk = 0, slots = 0, floor = 0;
     std::uint32_t ring_high = 0;  // high-water mark: rings the doorbell when the ring fills to it
+    std::uint32_t ring_low = 0;   // growing rings: rings the doorbell when this much window is left
+    bool traced = false;
+    std::uint32_t allocated = 0;  // chunks allocated, spares included (exporter)
+    std::vector<ring_chunk*> spare;  // exporter: chunks out of the window kept for reuse (capacity: slots)
+    std::uint64_t rate_t0 = 0, rate_pos0 = 0;  // exporter: rate measurement
+    double rate = 0;                            // exporter: records per second, recent
     alignas(detail::cache_line) std::atomic<std::uint64_t> head{0};  // written by the recording thread
     std::atomic<std::uint64_t> table_full{0};
     alignas(detail::cache_line) std::atomic<std::uint64_t> tail{0};  // written by the exporter
+    std::atomic<std::uint64_t> limit{0};  // written by the exporter: positions below it are writable
   };
+
+  ring_geometry geometry() const noexcept {
+    ring_geometry g;
+    if (!opts_.record_ring_capacity) return g;
+    const std::uint32_t want = opts_.record_ring_capacity;
+    std::uint32_t c = 1;
+    while (c * 2 <= std::min<std::uint32_t>(want, opts_.record_traces ? 256 : 1024)) c *= 2;
+    g.chunk = c;
+    g.floor = static_cast<std::uint32_t>((std::uint64_t{want} + c - 1) / c * c);
+    const std::uint64_t max = std::max<std::uint64_t>(g.floor, opts_.record_ring_max);
+    g.slots = static_cast<std::uint32_t>((max + c - 1) / c);
+    g.grows = g.slots * std::uint64_t{c} > g.floor;
+    return g;
+  }
+  std::uint64_t chunk_bytes(std::uint32_t chunk) const noexcept {
+    return std::uint64_t{chunk} * (sizeof(record_slot) + (opts_.record_traces ? sizeof(op_trace) : 0)) + sizeof(ring_chunk);
+  }
 
   // One communicator. Lines are split by writer: enqueue thread / completing thread / cold.
   struct comm_slot {
@@ -513,10 +580,18 @@ class collector {
     try {
       fresh = new shard;
       if (opts_.record_ring_capacity) {
-        fresh->ring_cap = opts_.record_ring_capacity;
-        fresh->ring_high = std::max<std::uint32_t>(1, fresh->ring_cap / 4);
-        fresh->ring.reset(new record_slot[fresh->ring_cap]);
-        if (opts_.record_traces) fresh->traces.reset(new op_trace[fresh->ring_cap]);
+        const ring_geometry g = geometry();
+        fresh->chunk = g.chunk;
+        fresh->slots = g.slots;
+        fresh->floor = g.floor;
+        fresh->traced = opts_.record_traces;
+        fresh->ring_high = std::max<std::uint32_t>(1, g.floor / 4);
+        fresh->ring_low = g.grows ? g.chunk : 0;
+        fresh->ring.reset(new std::atomic<ring_chunk*>[g.slots]);
+        fresh->spare.reserve(g.slots);
+        for (std::uint32_t i = 0; i < g.slots; ++i) fresh->ring[i].store(nullptr, std::memory_order_relaxed);
+        fresh->rate_t0 = steady_ns();
+        if (!provision(*fresh)) throw std::bad_alloc();
       }
     } catch (...) {
       delete fresh;
@@ -566,33 +641,110 @@ class collector {
     }
     const std::uint64_t head = s.head.load(std::memory_order_relaxed);
     const std::uint64_t used = head - s.tail.load(std::memory_order_acquire);
-    if (used >= s.ring_cap) NCCLINSP_UNLIKELY {
+    // The window the exporter provisioned: every position below `limit` has its chunk allocated
+    // (the acquire pairs with the exporter's release after it stored the chunk pointers).
+    const std::uint64_t limit = s.limit.load(std::memory_order_acquire);
+    if (head >= limit) NCCLINSP_UNLIKELY {
       c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    const bool traced = trace && s.traces;
-    if (traced) copy_trace(s.traces[head % s.ring_cap], *trace);
-    s.ring[head % s.ring_cap] = record_slot{h, op, traced};
+    ring_chunk& k = *s.ring[(head / s.chunk) % s.slots].load(std::memory_order_relaxed);
+    const std::uint64_t at = head % s.chunk;
+    const bool traced = trace && s.traced;
+    if (traced) copy_trace(k.traces[at], *trace);
+    k.rec[at] = record_slot{h, op, traced};
     s.head.store(head + 1, std::memory_order_release);
     // The fill level only rises one at a time (the exporter only lowers it), so it meets the mark
-    // exactly once per crossing: one ring per `ring_high` records at most.
-    if (used + 1 == s.ring_high) NCCLINSP_UNLIKELY bell_.ring();
+    // exactly once per crossing: one ring per `ring_high` records at most. Likewise the window
+    // left only shrinks one at a time (the exporter only widens it).
+    if (used + 1 == s.ring_high || (s.ring_low && limit - head - 1 == s.ring_low)) NCCLINSP_UNLIKELY bell_.ring();
   }
 
-  void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index) {
+  /// Exporter (and make_shard): widens the ring's writable window to about one second of the
+  /// measured record rate past the tail (at least `floor`, at most the whole ring), allocating the
+  /// chunks it covers, and frees the chunks outside it. The recording thread writes only at
+  /// positions in [tail, limit), which this never narrows, so a freed chunk is never in use.
+  /// Returns false when not even the floor could be allocated.
+  bool provision(shard& s) noexcept {
+    const std::uint64_t tail = s.tail.load(std::memory_order_relaxed);
     const std::uint64_t head = s.head.load(std::memory_order_acquire);
+    const std::uint64_t whole = std::uint64_t{s.chunk} * s.slots;
+    std::uint64_t span = s.floor;
+    if (whole > s.floor) {
+      const std::uint64_t now = steady_ns();
+      if (now - s.rate_t0 >= 10'000'000) {  // the rate over at least 10 ms: fast rise, slow decay
+        const double r = static_cast<double>(head - s.rate_pos0) * 1e9 / static_cast<double>(now - s.rate_t0);
+        s.rate = r > s.rate ? r : 0.9 * s.rate + 0.1 * r;
+        s.rate_t0 = now;
+        s.rate_pos0 = head;
+      }
+      // One second of records, and twice the backlog found, past the tail.
+      span = std::max<std::uint64_t>(span, std::max<std::uint64_t>(static_cast<std::uint64_t>(s.rate), 2 * (head - tail)));
+      span = std::min(whole, (span + s.chunk - 1) / s.chunk * s.chunk);
+    }
+    const std::uint64_t old_limit = s.limit.load(std::memory_order_relaxed);
+    std::uint64_t want = std::max(old_limit, tail + span);
+    // Chunks no position of [tail, want) maps to (drained, and not in the window) become spares.
+    if (s.allocated > s.spare.size() + (want - tail + 2 * s.chunk - 1) / s.chunk) {
+      const std::uint64_t first = tail / s.chunk, last = (want - 1) / s.chunk;  // chunks of the window
+      for (std::uint32_t i = 0; i < s.slots; ++i) {
+        // Slot i holds window chunks first..last whose number is i modulo slots.
+        const std::uint64_t lo = first + (i + s.slots - first % s.slots) % s.slots;
+        if (lo <= last) continue;
+        if (ring_chunk* k = s.ring[i].load(std::memory_order_relaxed)) {
+          s.ring[i].store(nullptr, std::memory_order_relaxed);
+          s.spare.push_back(k);  // never reallocates: capacity is slots
+        }
+      }
+    }
+    // The chunks of [old_limit, want) (those of [tail, old_limit) exist already): spares first.
+    for (std::uint64_t p = old_limit - old_limit % s.chunk; p < want; p += s.chunk) {
+      std::atomic<ring_chunk*>& slot = s.ring[(p / s.chunk) % s.slots];
+      if (slot.load(std::memory_order_relaxed)) continue;
+      if (!s.spare.empty()) {
+        slot.store(s.spare.back(), std::memory_order_relaxed);
+        s.spare.pop_back();
+        continue;
+      }
+      try {
+        auto* k = new ring_chunk;
+        k->rec.reset(new record_slot[s.chunk]);
+        if (s.traced) k->traces.reset(new op_trace[s.chunk]);
+        slot.store(k, std::memory_order_relaxed);
+        ++s.allocated;
+      } catch (...) {
+        want = std::max(p, old_limit);
+        break;
+      }
+    }
+    s.limit.store(want, std::memory_order_release);
+    if (want < tail + s.floor) return false;
+    // Spares beyond a quarter of the window are freed (the rate fell): memory follows the rate.
+    while (s.spare.size() > (want - tail) / s.chunk / 4 + 1) {
+      delete s.spare.back();
+      s.spare.pop_back();
+      --s.allocated;
+    }
+    return true;
+  }
+
+  void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index, std::uint64_t max_records = UINT64_MAX) {
+    std::uint64_t head = s.head.load(std::memory_order_acquire);
     std::uint64_t tail = s.tail.load(std::memory_order_relaxed);
+    if (head - tail > max_records) head = tail + max_records;
     for (; tail != head; ++tail) {
-      const record_slot& r = s.ring[tail % s.ring_cap];
+      const ring_chunk& k = *s.ring[(tail / s.chunk) % s.slots].load(std::memory_order_relaxed);
+      const record_slot& r = k.rec[tail % s.chunk];
       if (r.comm >= Traits::max_comms || comm_index[r.comm] == ~0u) continue;
       std::int32_t ti = -1;
       if (r.traced) {
         ti = static_cast<std::int32_t>(snap.traces.size());
-        copy_trace(snap.traces.emplace_back(), s.traces[tail % s.ring_cap]);
+        copy_trace(snap.traces.emplace_back(), k.traces[tail % s.chunk]);
       }
       snap.records.push_back({comm_index[r.comm], r.op, ti});
     }
     s.tail.store(tail, std::memory_order_release);
+    (void)provision(s);  // out of memory: the window stays as it is
   }
 
   std::uint32_t tag_index(std::uint64_t tag) noexcept {

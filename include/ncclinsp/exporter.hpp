@@ -139,27 +139,34 @@ class exporter {
     std::uint64_t flush_requests = 0, flushes_done = 0, exports = 0;
     bool drain_early = false;  // some sink takes records between exports
     snapshot part;             // records-only snapshots, reused (exporter thread)
+    static constexpr std::uint64_t drain_batch = 4096;
 
     /// After a change to the flags above (made under mu).
     void poke() {
       cv.notify_all();
       if constexpr (has_doorbell) col.doorbell().ring();
     }
-    /// Records past a ring's high-water mark, to the sinks that take them (exporter thread).
-    void drain_records() noexcept {
+    /// Records past a ring's high-water mark, to the sinks that take them (exporter thread), in
+    /// batches of at most drain_batch records per ring (so the batch buffers stay bounded), until
+    /// the rings are nearly empty or `rounds` batches were written.
+    void drain_records(int rounds = 64) noexcept {
       if constexpr (has_doorbell) {
-        if (!col.records_pending()) return;
-        try {
-          col.take_records(part);
-          for (auto& s : sinks)
-            if (s.takes_records()) s.write_records(part);
-        } catch (...) {
-          emit(opts.log, log_level::warn, "draining per-op records failed (out of memory?); retrying at the next export");
+        for (int i = 0; i < rounds && col.records_pending(); ++i) {
+          try {
+            col.take_records(part, drain_batch);
+            for (auto& s : sinks)
+              if (s.takes_records()) s.write_records(part);
+          } catch (...) {
+            emit(opts.log, log_level::warn, "draining per-op records failed (out of memory?); retrying at the next export");
+            return;
+          }
+          if (part.records.size() < drain_batch / 2) return;  // caught up
         }
       }
     }
 
     void export_once(bool final) noexcept {
+      if (drain_early) drain_records(1 << 20);  // the backlog in batches, not in one snapshot
       try {
         auto snap = col.take_snapshot(final);
         if (opts.prepare) opts.prepare(snap);

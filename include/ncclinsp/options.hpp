@@ -50,6 +50,7 @@ struct options {
   std::string cuda_driver;               ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
   bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
   std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
+  std::uint64_t record_buffer_mb = 64;   ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
   std::int64_t exit_flush_ms = 2000;     ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
   std::int64_t retain_finalized_s = 120; ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
@@ -247,6 +248,7 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.string("NCCLINSP_CUDA_DRIVER", o.cuda_driver);
   e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
   e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
+  e.integer("NCCLINSP_RECORD_BUFFER_MB", o.record_buffer_mb, 0, 1 << 20);
   e.integer("NCCLINSP_EXIT_FLUSH_MS", o.exit_flush_ms, 0, 600000);
   e.integer("NCCLINSP_RETAIN_FINALIZED_S", o.retain_finalized_s, 0, 86400);
   e.boolean("NCCLINSP_DETECT", o.detect);

@@ -276,9 +276,10 @@ static std::uint64_t json_uint(const std::string& line, const std::string& key) 
   return at == std::string::npos ? 0 : std::stoull(line.substr(at + key.size() + 3, 24));
 }
 
-TEST_CASE("JSON mode at a sustained 30,000 ops/s with default settings: every op written, none dropped", "[plugin][json][rate]") {
-  // The per-thread ring (16384) fills in half a second at this rate, and the export interval is
-  // 1 s: only the high-water wake of the exporter keeps every record.
+TEST_CASE("JSON mode at a sustained 50,000 ops/s with default settings: every op written, none dropped", "[plugin][json][rate]") {
+  // The per-thread ring's floor (16384) fills in a third of a second at this rate, and the export
+  // interval is 1 s: only the high-water wake of the exporter, and the ring growing to about a
+  // second of records when the exporter falls behind (a loaded machine), keep every record.
   const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);
   env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
@@ -289,7 +290,7 @@ TEST_CASE("JSON mode at a sustained 30,000 ops/s with default settings: every op
             set_device(0);
             sim::comm_driver comm(lib, {.comm_hash = 0x5ca1ab1e, .name = "rate", .n_nodes = 1, .n_ranks = 8, .rank = 0});
             if (!comm.active()) return 11;
-            const sim::paced_result r = sim::run_paced(comm, 30'000, 2.0, 4, t0);
+            const sim::paced_result r = sim::run_paced(comm, 50'000, 2.0, 4, t0);
             comm.finalize();
             std::ofstream(std::string(std::getenv("NCCL_INSPECTOR_DUMP_DIR")) + "/ops.txt") << r.ops << ' ' << r.achieved_rate() << '\n';
             return 0;  // exit(): the plugin's exit flush lets a final export that outlived finalize land
@@ -297,8 +298,8 @@ TEST_CASE("JSON mode at a sustained 30,000 ops/s with default settings: every op
   std::uint64_t ops = 0;
   double rate = 0;
   std::istringstream(slurp(dir + "/ops.txt")) >> ops >> rate;
-  REQUIRE(ops == 60'000);
-  CHECK(rate > 25'000);  // the run was paced at (about) the rate it claims
+  REQUIRE(ops == 100'000);
+  CHECK(rate > 40'000);  // the run was paced at (about) the rate it claims
   const auto logs = files_in(dir, ".log");
   REQUIRE(logs.size() == 1);
   std::istringstream in(slurp(logs[0]));
@@ -319,7 +320,8 @@ TEST_CASE("JSON mode at a sustained 30,000 ops/s with default settings: every op
   CHECK(reported == records);  // the dump_stats records fields count the drained lines too
   CHECK(dropped == 0);
   CHECK(completed == ops);
-  CHECK(per_fn == std::map<std::string, std::uint64_t>{{"AllGather", ops / 3}, {"AllReduce", ops / 3}, {"ReduceScatter", ops / 3}});
+  // AllReduce, AllGather, ReduceScatter in turn, from AllReduce
+  CHECK(per_fn == std::map<std::string, std::uint64_t>{{"AllGather", (ops + 1) / 3}, {"AllReduce", (ops + 2) / 3}, {"ReduceScatter", ops / 3}});
 }
 
 TEST_CASE("JSON verbose mode: event traces in callback order with real channel ids, and trace sink channel tracks", "[plugin][json][trace]") {

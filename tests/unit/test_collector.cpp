@@ -203,6 +203,38 @@ TEST_CASE("a record ring rings the doorbell once per crossing of its high-water 
   CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
 }
 
+TEST_CASE("a growing record ring: the exporter widens the window in chunks up to record_ring_max, the recording thread only fills it", "[collector]") {
+  collector<> col({.record_ring_capacity = 64, .record_ring_max = 4096});  // chunks of 64 records
+  CHECK(col.record_ring_limit() == 4096);
+  const auto h = col.add_comm(desc("grow"));
+  const auto ring_full = [&](const snapshot& s) { return s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)]; };
+  std::uint64_t seq = 0;
+  for (int i = 0; i < 65; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // the floor: 64, one dropped
+  const std::uint64_t floor_bytes = col.record_ring_bytes();
+  CHECK(floor_bytes >= 64 * collector<>::bytes_per_record(false));
+  snapshot part;
+  col.take_records(part, 16);  // a late exporter: 48 records still waiting, so the window grows past them
+  REQUIRE(part.records.size() == 16);
+  CHECK(col.record_ring_bytes() > floor_bytes);
+  for (int i = 0; i < 80; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // 128 waiting now: no drop
+  col.take_records(part);
+  REQUIRE(part.records.size() == 128);
+  CHECK(part.records.front().op.seq == 16);
+  CHECK(part.records.back().op.seq == 144);  // seq 64 was the dropped one
+  const auto s = col.take_snapshot();
+  CHECK(ring_full(s) == 1);
+  CHECK(sum_cells(s, func::all_reduce).ops == 145);
+  // Never past record_ring_max, however late the exporter: the rest is dropped and counted.
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < 4096; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));
+    col.take_records(part, 1);
+  }
+  CHECK(col.record_ring_bytes() <= (4096 + 2 * 64) * collector<>::bytes_per_record(false) + 4096 / 64 * 64);
+  col.take_records(part);
+  const auto s2 = col.take_snapshot();
+  CHECK(part.records.size() + 8 + ring_full(s2) - 1 == 8 * 4096);
+}
+
 TEST_CASE("in-flight, oldest age, retirement and abandoned ops", "[collector]") {
   collector<> col({.retired_retention = std::chrono::milliseconds(0)});
   const std::uint64_t started_at = collector<>::steady_ns() - 3'000'000'000ull;

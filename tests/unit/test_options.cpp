@@ -70,7 +70,8 @@ TEST_CASE("garbage in any variable: one warning each, the default used", "[optio
                         "NCCL_INSPECTOR_DUMP_P2P_RING_SIZE", "NCCL_INSPECTOR_COLL_POOL_SIZE", "NCCL_INSPECTOR_P2P_POOL_SIZE",
                         "NCCL_INSPECTOR_COMM_POOL_SIZE", "NCCL_INSPECTOR_POOL_GROW", "NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING",
                         "NCCL_INSPECTOR_OTEL_EXPORT", "NCCL_INSPECTOR_OTEL_VERBOSE", "NCCLINSP_ENABLE", "NCCLINSP_SINKS", "NCCLINSP_LABELS",
-                        "NCCLINSP_INTERVAL", "NCCLINSP_USER_TAG_LABEL", "NCCLINSP_PROM_KEEP_FILES", "NCCLINSP_JSON_MAX_BYTES"};
+                        "NCCLINSP_INTERVAL", "NCCLINSP_USER_TAG_LABEL", "NCCLINSP_PROM_KEEP_FILES", "NCCLINSP_JSON_MAX_BYTES",
+                        "NCCLINSP_RECORD_BUFFER_MB"};
   const options defaults = env{}.parse();
   for (const char* v : vars) {
     for (const char* garbage : {"banana", "12abc", "-", "\xff\xfe", "1e99999", "=,=,"}) {

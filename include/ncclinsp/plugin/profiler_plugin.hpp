@@ -364,6 +364,7 @@ class plugin_state {
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);
     co.record_traces = traces_for(opts_);
+    co.record_ring_max = co.record_ring_capacity ? record_ring_max_for(opts_, collector<>::bytes_per_record(co.record_traces)) : 0;
     co.user_tag_label = opts_.user_tag_label;
     co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
     co.proxy_accounting = opts_.proxy;

@@ -33,6 +33,13 @@ inline std::uint32_t record_ring_for(const options& o) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, traces_for(o) ? max_traced_ring : UINT32_MAX));
 }
 
+/// Per-op records a recording thread's ring may grow to (collector_options::record_ring_max):
+/// NCCLINSP_RECORD_BUFFER_MB of `bytes_per_record` each, never below record_ring_for().
+inline std::uint32_t record_ring_max_for(const options& o, std::size_t bytes_per_record) {
+  const std::uint64_t n = (o.record_buffer_mb << 20) / bytes_per_record;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(n, record_ring_for(o)), UINT32_MAX / 2));
+}
+
 /// The cardinality controls of NCCLINSP_DROP_LABELS, _SIZE_BUCKET_BITS, _HISTOGRAM, _MAX_SERIES.
 inline format::cardinality cardinality_from_options(const options& o) {
   format::cardinality c;
