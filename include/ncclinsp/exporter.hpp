@@ -153,7 +153,10 @@ class exporter {
       if constexpr (has_doorbell) {
         for (int i = 0; i < rounds && col.records_pending(); ++i) {
           try {
-            col.take_records(part, drain_batch);
+            if constexpr (requires { col.take_records(part, drain_batch); })
+              col.take_records(part, drain_batch);
+            else
+              col.take_records(part);
             for (auto& s : sinks)
               if (s.takes_records()) s.write_records(part);
           } catch (...) {

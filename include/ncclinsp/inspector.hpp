@@ -376,7 +376,7 @@ class basic_inspector {
     // Records drained between exports when a ring reaches its high-water mark (see exporter).
     auto& doorbell() noexcept { return self->col_.doorbell(); }
     bool records_pending() const noexcept { return self->col_.records_pending(); }
-    void take_records(snapshot& s) { self->col_.take_records(s); }
+    void take_records(snapshot& s, std::uint64_t max_records = UINT64_MAX) { self->col_.take_records(s, max_records); }
   };
 
   static process_identity with_embedded_abi(process_identity id) {
