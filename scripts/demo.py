@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Demo driver (called by scripts/demo.sh once the stack is up): runs the simulated job through
-design.md's two scenarios and a compute straggler against a running Prometheus and prints what
+the two scenarios (live network degradation, 310 -> 268 TFLOP/s; attribution of a
+short dip to a host) and a compute straggler against a running Prometheus and prints what
 Prometheus saw, who the alerts name, and how long after each onset they fired.
 
     demo.py --prom URL --root DIR --sim BIN --plugin SO [--nodes 4 --gpus 4] [--quick] [--webhook-port P]
