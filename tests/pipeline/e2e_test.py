@@ -155,7 +155,7 @@ SHAPES = {
     "rank": re.compile(r"^\d+$"),
     "nranks": re.compile(r"^\d+$"),
     "abi": re.compile(r"^v[4-7]$"),
-    "algo_proto": re.compile(r"^([A-Z_]+_(SIMPLE|LL|LL128)|SYM_\w+|none)$"),
+    "algo_proto": re.compile(r"^([A-Z_]+_(SIMPLE|LL|LL128)|SYM|none)$"),
 }
 # `invalid`: ops with an unknown datatype (the workload's ncclUint8 AllReduce) are counted under
 # message_size="invalid" (not in docs/metrics.md's bucket list; reported as a docs gap).
