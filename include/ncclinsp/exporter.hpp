@@ -18,6 +18,7 @@
 /// ex.start();
 /// \endcode
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -42,6 +43,10 @@ struct exporter_options {
   /// change_detector adding its gauges and events). Must not throw for long: an exception skips
   /// that export.
   std::function<void(snapshot&)> prepare{};
+  /// The final export (stop()) writes queued per-op records for at most this long, then counts
+  /// the rest as dropped (drop_reason::exit_deadline) and writes the final snapshot, so that its
+  /// statistics land before the process exits. Negative: no limit.
+  std::chrono::milliseconds final_records_budget{-1};
 };
 
 template <class Collector>
@@ -82,6 +87,9 @@ class exporter {
       std::unique_lock lk(st_->mu);
       if (st_->stop_called) return st_->finished;
       st_->stop_called = true;
+      if (st_->opts.final_records_budget.count() >= 0)  // counted from here: a drain in progress counts too
+        st_->records_until.store((std::chrono::steady_clock::now() + st_->opts.final_records_budget).time_since_epoch().count(),
+                                 std::memory_order_relaxed);
       if (!st_->started) {
         if (!st_->finished) {
           st_->finished = true;
@@ -139,6 +147,11 @@ class exporter {
     std::uint64_t flush_requests = 0, flushes_done = 0, exports = 0;
     bool drain_early = false;  // some sink takes records between exports
     snapshot part;             // records-only snapshots, reused (exporter thread)
+    // stop() with a final_records_budget: writing records ends at this steady_clock time.
+    std::atomic<std::chrono::steady_clock::rep> records_until{std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
+    std::chrono::steady_clock::time_point records_deadline() const noexcept {
+      return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(records_until.load(std::memory_order_relaxed)));
+    }
     static constexpr std::uint64_t drain_batch = 4096;
 
     /// After a change to the flags above (made under mu).
@@ -151,7 +164,7 @@ class exporter {
     /// the rings are nearly empty or `rounds` batches were written.
     void drain_records(int rounds = 64) noexcept {
       if constexpr (has_doorbell) {
-        for (int i = 0; i < rounds && col.records_pending(); ++i) {
+        for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline(); ++i) {
           try {
             if constexpr (requires { col.take_records(part, drain_batch); })
               col.take_records(part, drain_batch);
@@ -169,7 +182,15 @@ class exporter {
     }
 
     void export_once(bool final) noexcept {
-      if (drain_early) drain_records(1 << 20);  // the backlog in batches, not in one snapshot
+      if (drain_early) {
+        drain_records(1 << 20);  // the backlog in batches, not in one snapshot
+        if constexpr (requires { col.discard_records(drop_reason::exit_deadline); })
+          if (final && opts.final_records_budget.count() >= 0 && col.records_pending())
+            if (const std::uint64_t n = col.discard_records(drop_reason::exit_deadline))
+              emit(opts.log, log_level::warn,
+                   "final export: " + std::to_string(n) + " per-op records not written within " +
+                       std::to_string(opts.final_records_budget.count()) + " ms, counted as dropped (reason exit_deadline)");
+      }
       try {
         auto snap = col.take_snapshot(final);
         if (opts.prepare) opts.prepare(snap);

@@ -17,8 +17,10 @@
 namespace ncclinsp {
 
 /// Why an event was lost (counted, never silent).
-enum class drop_reason : std::uint8_t { op_pool_full = 0, table_full, record_ring_full, comm_table_full, count_ };
-inline constexpr std::array<const char*, 4> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full"};
+/// Why an op was lost (counted): a full pool, table or ring, or per-op records still queued when
+/// the final export ran out of its time before process exit (exit_deadline).
+enum class drop_reason : std::uint8_t { op_pool_full = 0, table_full, record_ring_full, comm_table_full, exit_deadline, count_ };
+inline constexpr std::array<const char*, 5> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full", "exit_deadline"};
 /// Why an op was skipped on purpose (configuration, not loss).
 enum class filter_reason : std::uint8_t { min_size = 0, no_gpu_timing, count_ };
 inline constexpr std::array<const char*, 2> filter_reason_names = {"min_size", "no_gpu_timing"};

@@ -146,7 +146,7 @@ HIST_LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", 
            "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]
 FUNCS = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll", "Gather", "Scatter",
          "Send", "Recv", "SendRecv", "unknown"}
-DROP_REASONS = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full"}
+DROP_REASONS = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full", "exit_deadline"}
 FILTER_REASONS = {"min_size", "no_gpu_timing"}
 SHAPES = {
     "gpu": re.compile(r"^GPU\d+$"),

@@ -24,6 +24,22 @@ std::uint64_t total_ops(const snapshot& s) {
   for (const auto& c : s.cells) n += c.total.ops;
   return n;
 }
+// A records sink as slow as a slow disk: 10 ms per batch (~0.4 M records/s).
+struct slow_writer {
+  std::atomic<std::uint64_t>* batches;
+  std::atomic<std::uint64_t>* written;
+  snapshot* final_snap;
+  export_result write(const snapshot& s) noexcept {
+    if (s.final) *final_snap = s;
+    return export_result::success;
+  }
+  export_result write_records(const snapshot& s) noexcept {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ++*batches;
+    *written += s.records.size();
+    return export_result::success;
+  }
+};
 }  // namespace
 
 TEST_CASE("exporter exports periodically, on flush, and a final snapshot on stop", "[exporter]") {
@@ -102,6 +118,47 @@ TEST_CASE("an exporter that was never started still writes the final snapshot", 
   col.record(h, ar(5));
   ex.stop();
   CHECK(finals == 1);
+}
+
+TEST_CASE("the final export writes queued records for at most its budget and counts the rest as dropped (exit_deadline)", "[exporter]") {
+  // A backlog at teardown (a writer that fell behind) must end up written or counted, never cut
+  // off silently by the process exit that follows.
+  collector<> col({.record_ring_capacity = 65536});
+  const auto h = col.add_comm({.name = "late", .nranks = 2, .uuid = "GPU-l"});
+  std::atomic<std::uint64_t> batches{0}, written{0};
+  snapshot final_snap;
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(slow_writer{&batches, &written, &final_snap});
+  exporter ex(col, std::move(sinks), {.interval = 1h, .final_records_budget = 35ms});
+  constexpr std::uint64_t n = 60000;  // 15 batches of 4096: ~150 ms of writing, 4x the budget
+  for (std::uint64_t i = 0; i < n; ++i) col.record(h, ar(1000 + i % 100));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(ex.stop(5s));  // never started: the final export runs here
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(final_snap.final);
+  REQUIRE(final_snap.comms.size() == 1);
+  const auto& d = final_snap.comms[0].dropped;
+  const std::uint64_t late = d[static_cast<std::size_t>(drop_reason::exit_deadline)];
+  CHECK(d[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
+  CHECK(late > 0);  // it stopped writing when the budget ran out (15 batches take >= 150 ms)
+  INFO("batches written: " << batches.load());
+  CHECK(written.load() + final_snap.records.size() + late == n);  // every record written or counted
+  CHECK(took < 1s);
+  CHECK_FALSE(col.records_pending());
+}
+
+TEST_CASE("without a final budget the final export writes every queued record", "[exporter]") {
+  collector<> col({.record_ring_capacity = 16384});
+  const auto h = col.add_comm({.name = "all", .nranks = 2, .uuid = "GPU-a"});
+  std::atomic<std::uint64_t> batches{0}, written{0};
+  snapshot final_snap;
+  std::vector<any_sink> sinks;
+  sinks.emplace_back(slow_writer{&batches, &written, &final_snap});
+  exporter ex(col, std::move(sinks), {.interval = 1h});  // final_records_budget: none
+  for (int i = 0; i < 12000; ++i) col.record(h, ar(1000));
+  REQUIRE(ex.stop(5s));
+  CHECK(written.load() + final_snap.records.size() == 12000);
+  CHECK(final_snap.comms.at(0).dropped[static_cast<std::size_t>(drop_reason::exit_deadline)] == 0);
 }
 
 TEST_CASE("records past a ring's high-water mark reach write_records between exports, a sink without it waits for the export", "[exporter]") {

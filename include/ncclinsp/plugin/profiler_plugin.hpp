@@ -395,7 +395,12 @@ class plugin_state {
     };
     exporter_ = std::make_unique<exporter<collector<>>>(
         *col_, std::move(sinks),
-        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg, .prepare = std::move(prepare)});
+        // Per-op records still queued at teardown get half the exit wait, so the final statistics
+        // (counting any left over as dropped, reason exit_deadline) land before the process exits.
+        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()),
+                         .log = lg,
+                         .prepare = std::move(prepare),
+                         .final_records_budget = std::chrono::milliseconds(opts_.exit_flush_ms / 2)});
     exporter_->start();
   }
 
