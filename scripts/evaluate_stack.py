@@ -71,6 +71,9 @@ def schedule(a, rng, step_s, compute_s):
         if i < a.attr_reps:
             todo.append(("attr", None))
         for what, _ in todo:
+            # A random phase against the scrape and rule-evaluation grid (onsets on a fixed grid of
+            # whole seconds would all meet the same phase and give one time-to-alert value).
+            t = round(t + rng.uniform(0, 15), 1)
             if what.startswith("timing"):
                 pct = int(what[6:])
                 eps.append(dict(kind="net_degrade", truth=("network", ""), pct=pct, t0=t, t1=t + a.net_len,
