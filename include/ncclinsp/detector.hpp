@@ -11,6 +11,12 @@
 /// consecutive values the key turns degraded, and its baseline is frozen at the pre-drop level
 /// until the recent median is back above `recover` (hysteresis) for `confirm` values.
 ///
+/// Only healthy values enter the baseline: a value joins it when it leaves the recent window,
+/// unless it was judged while the key was degraded (or was one of the recent values that turned
+/// it degraded). So a fault does not teach the baseline its own level: when it ends, the detector
+/// judges against the pre-fault level at once, and a second fault right after the first is caught
+/// (a baseline that had learnt the first fault's level would see the second as an improvement).
+///
 /// Runs on the exporter thread (cold path), after collector::take_snapshot: update() appends
 /// snapshot::busbw (gauges) and snapshot::busbw_events (state changes). Nothing on the hot path.
 /// Thread-safety: one thread at a time (the exporter's).
@@ -122,7 +128,7 @@ class change_detector {
   std::size_t keys() const noexcept { return keys_.size(); }
 
  private:
-  static constexpr std::size_t history = 128;  // values kept per key (>= recent + baseline)
+  static constexpr std::size_t history = 128;  // values kept per ring (>= recent, >= baseline)
 
   struct key {
     std::uint64_t hash;
@@ -137,14 +143,22 @@ class change_detector {
     double bus_bytes = 0;
     std::uint32_t comm = 0;
   };
+  /// A ring of the last `cap` values (bytes/ns = GB/s) pushed into it.
+  struct ring {
+    std::array<double, history> v{};
+    std::size_t n = 0;  // values pushed so far
+    void push(double x) { v[n++ % history] = x; }
+    double at(std::size_t back) const { return v[(n - 1 - back) % history]; }  // 0 = newest
+  };
   struct state {
-    std::array<double, history> values{};  // ring of window values (bytes/ns = GB/s)
-    std::size_t n = 0;                     // values pushed so far
+    ring recent_values;                 // every value; the newest `recent` form the recent window
+    std::array<bool, history> tainted{};  // per slot of recent_values: judged while degraded
+    ring base_values;                   // healthy values that left the recent window
     window carry;
     bool judged = false, degraded = false;
-    std::uint32_t streak = 0;              // consecutive values beyond the active threshold
-    std::uint32_t idle = 0;                // updates since the last value
-    double base = 0, recent = 0, ratio = 1, frozen = 0;
+    std::uint32_t streak = 0;           // consecutive values beyond the active threshold
+    std::uint32_t idle = 0;             // updates since the last value
+    double base = 0, recent = 0, ratio = 1;
     std::uint64_t degradations = 0;
   };
 
@@ -157,15 +171,18 @@ class change_detector {
     return o;
   }
 
-  static void push(state& s, double v) {
-    s.values[s.n % history] = v;
-    ++s.n;
+  /// Appends a value; the one that leaves the recent window joins the baseline if it is healthy.
+  void push(state& s, double v) const {
+    ring& r = s.recent_values;
+    if (r.n >= o_.recent && !s.tainted[(r.n - o_.recent) % history]) s.base_values.push(r.at(o_.recent - 1));
+    s.tainted[r.n % history] = s.degraded;
+    r.push(v);
   }
-  /// Median of the values pushed `skip`..`skip+count-1` steps ago (0 = newest).
-  static double median(const state& s, std::size_t skip, std::size_t count) {
+  /// Median of the newest `count` values of a ring (fewer if it holds fewer).
+  static double median(const ring& r, std::size_t count) {
     std::array<double, history> buf;
-    std::size_t m = 0;
-    for (std::size_t i = skip; i < skip + count && i < s.n; ++i) buf[m++] = s.values[(s.n - 1 - i) % history];
+    const std::size_t m = std::min(count, r.n);
+    for (std::size_t i = 0; i < m; ++i) buf[i] = r.at(i);
     if (m == 0) return 0;
     std::nth_element(buf.begin(), buf.begin() + m / 2, buf.begin() + m);
     const double hi = buf[m / 2];
@@ -174,10 +191,9 @@ class change_detector {
   }
 
   void judge(snapshot& snap, const key& k, std::uint32_t comm, state& s) {
-    if (s.n < o_.recent + o_.min_baseline) return;
-    const std::size_t base_n = std::min<std::size_t>(o_.baseline, s.n - o_.recent);
-    s.recent = median(s, 0, o_.recent);
-    s.base = s.degraded ? s.frozen : median(s, o_.recent, base_n);
+    if (s.recent_values.n < o_.recent || s.base_values.n < o_.min_baseline) return;
+    s.recent = median(s.recent_values, o_.recent);
+    s.base = median(s.base_values, o_.baseline);  // unchanged while degraded: no value joins it
     if (s.base <= 0) return;
     s.ratio = s.recent / s.base;
     s.judged = true;
@@ -187,8 +203,10 @@ class change_detector {
     s.streak = 0;
     s.degraded = !s.degraded;
     if (s.degraded) {
-      s.frozen = s.base;
       ++s.degradations;
+      // The recent values that turned it degraded never join the baseline either.
+      for (std::size_t i = 0; i < std::min<std::size_t>(o_.recent, s.recent_values.n); ++i)
+        s.tainted[(s.recent_values.n - 1 - i) % history] = true;
     }
     snap.busbw_events.push_back({.comm = snap.comms[comm].desc, .fn = k.fn, .size_bucket = k.bucket, .degraded = s.degraded,
                                  .baseline_gbs = s.base, .recent_gbs = s.recent, .ratio = s.ratio, .time_unix_ns = snap.time_unix_ns});

@@ -135,6 +135,67 @@ TEST_CASE("detector: one slow window or a drop smaller than the threshold is not
   CHECK(events == 0);
 }
 
+TEST_CASE("detector: a fault does not enter the baseline; a second fault right after the first is flagged", "[detector]") {
+  // The demo's timeline on a sparse key (4 ops per window: one value every 2 windows, so 30
+  // baseline values span 60 windows): a 50% drop for 60 windows, 22 healthy windows, then a 25%
+  // drop. A baseline that learnt the first fault's level would judge the second one an improvement.
+  for (std::uint64_t gap : {6ull, 22ull, 40ull}) {
+    INFO("healthy windows between the faults: " << gap);
+    change_detector det;
+    std::mt19937_64 rng(gap);
+    const std::uint64_t f1 = 100, f1_end = 160, f2 = f1_end + gap, f2_end = f2 + 60;
+    std::uint64_t flagged1 = 0, recovered1 = 0, flagged2 = 0;
+    double base_during1 = 0, base_at2 = 0;
+    for (std::uint64_t t = 1; t <= f2_end; ++t) {
+      const double f = t >= f1 && t < f1_end ? 0.5 : t >= f2 ? 0.75 : 1.0;
+      snapshot s = window(t, 4, 40.0 * f, rng);
+      det.update(s);
+      for (const auto& e : s.busbw_events) {
+        if (e.degraded && !flagged1) flagged1 = t;
+        else if (!e.degraded && flagged1 && !recovered1) recovered1 = t;
+        else if (e.degraded && recovered1 && !flagged2) flagged2 = t;
+      }
+      if (!s.busbw.empty() && t == f1_end - 1) base_during1 = s.busbw[0].baseline_gbs;
+      if (!s.busbw.empty() && t == f2 - 1) base_at2 = s.busbw[0].baseline_gbs;
+    }
+    REQUIRE(flagged1 >= f1);
+    CHECK(flagged1 - f1 <= 6);  // the third degraded value, 2 windows each
+    REQUIRE(recovered1 >= f1_end);
+    CHECK(recovered1 - f1_end <= 6);
+    CHECK(base_during1 == Approx(40.0).epsilon(0.03));  // frozen at the pre-fault level
+    CHECK(base_at2 == Approx(40.0).epsilon(0.03));      // the fault's values never joined it
+    REQUIRE(flagged2 >= f2);
+    CHECK(flagged2 - f2 <= 6);
+  }
+}
+
+TEST_CASE("detector: after a fault longer than the value history the baseline is still the pre-fault level", "[detector]") {
+  change_detector det;
+  std::mt19937_64 rng(17);
+  std::size_t degraded_events = 0, recovered_events = 0;
+  std::uint64_t last_flag = 0;
+  for (std::uint64_t t = 1; t <= 620; ++t) {
+    // 40 GB/s; 30 GB/s for 300 windows (more than the 128 values a key keeps); 40 again; 34 from 560.
+    const double gbs = t >= 100 && t < 400 ? 30.0 : t >= 560 ? 34.0 : 40.0;
+    snapshot s = window(t, 20, gbs, rng);
+    det.update(s);
+    for (const auto& e : s.busbw_events) {
+      (e.degraded ? degraded_events : recovered_events) += 1;
+      if (e.degraded) last_flag = t;
+      CHECK(e.baseline_gbs == Approx(40.0).epsilon(0.03));
+    }
+    if (t == 399 || t == 559) {
+      REQUIRE(s.busbw.size() == 1);
+      CHECK(s.busbw[0].baseline_gbs == Approx(40.0).epsilon(0.03));
+      CHECK(s.busbw[0].degraded == (t == 399));
+    }
+  }
+  CHECK(degraded_events == 2);
+  CHECK(recovered_events == 1);
+  CHECK(last_flag >= 560);
+  CHECK(last_flag <= 563);
+}
+
 TEST_CASE("detector: sparse keys accumulate min_ops before a value, departed communicators are forgotten", "[detector]") {
   change_detector det({.min_ops = 8});
   std::mt19937_64 rng(5);
