@@ -267,17 +267,28 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts3, "GB/s")
     row("step throughput", r.tflops, pts3, "TFLOP/s/GPU")
     t_s = st1 - 1
+    # The late process (ncclinsp:late_rank_exec_ratio:rate1m: below 0.80 of its communicator's
+    # median rank and waiting in none of its communicators), named by node, GPU and its rank in
+    # the communicator that spans the whole job.
     late = sorted(((m, v) for m, v in prom.values(
-        f'ncclinsp:exec_ratio_to_comm_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_s) if math.isfinite(v)),
+        f'ncclinsp:late_rank_exec_ratio:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_s) if math.isfinite(v)),
         key=lambda x: x[1])
-    print(f"  rank exec time per op vs its communicator's median rank (lowest first, t={t_s}s, 1m):")
-    for m, v in late[:3]:
-        print(f"  {m.get('node'):<8} rank {m.get('rank'):<3} {m.get('comm_name'):<6} {m.get('collective'):<14}"
-              f" {v:6.0%} of the median rank")
-    late_named = (late[0][0].get("node"), late[0][0].get("comm_name"), late[0][0].get("rank")) \
-        if late and late[0][1] < 0.8 else None
-    print("  -> straggler named: " + (f"{late_named[0]}, rank {late_named[2]} of {late_named[1]}" if late_named
-                                       else "(none below 0.80)"))
+    print(f"  late ranks: exec time per op vs the communicator's median rank, waiting in none of their"
+          f" communicators (t={t_s}s, 1m):")
+    for m, v in late[:4]:
+        print(f"  {m.get('node'):<8} {m.get('gpu', ''):<6} rank {m.get('rank'):<3} of {m.get('comm_name'):<6}"
+              f" {m.get('collective'):<14} {v:6.0%} of the median rank")
+    if not late:
+        print("  (none)")
+    late_named = None
+    if late:
+        m0 = late[0][0]
+        world = [m.get("rank") for m, _ in prom.values(
+            f'ncclinsp:exec_seconds_per_op:rate1m{{slurm_job_id="{job}",uuid="{m0.get("uuid")}",'
+            f'nranks="{a.nodes * a.gpus}"}}', at=t0 + t_s)]
+        late_named = (m0.get("node"), m0.get("gpu", ""), world[0] if world else "?")
+    print("  -> straggler named: " + (f"{late_named[0]} {late_named[1]}, global rank {late_named[2]}" if late_named
+                                       else "(none)"))
 
     # Alerts: from Prometheus's ALERTS series over the job.
     print("\n Alerts that fired (from Prometheus's ALERTS series; t = seconds into the job):")
@@ -304,13 +315,15 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
         print(f"  t={a0 - t0:4.0f}s ({time.strftime('%H:%M:%S', time.localtime(a0))}) to t={a1 - t0:4.0f}s  "
               f"{name:<30} {where}")
 
-    print("\n Time to alert (alerts of this job that started firing during each fault):")
-    for label, on, off in ((f"scenario 1 (network -{net_pct}%)", net0, net1),
-                           (f"scenario 2 ({slow_name} -{slow_pct}%)", slow0, slow1),
-                           (f"scenario 3 (rank {st_rank} +{st_ms} ms)", st0, st1)):
+    print("\n Time to alert (alerts of this job that started firing during each fault), and who they name:")
+    host_alerts = ("NcclinspHostNetworkSlow", "NcclinspHostBelowJobMedian")
+    for label, on, off, want in ((f"scenario 1 (network -{net_pct}%)", net0, net1, "the fabric, no host, no rank"),
+                                 (f"scenario 2 ({slow_name} -{slow_pct}%)", slow0, slow1, f"host {slow_name}"),
+                                 (f"scenario 3 (rank {st_rank} +{st_ms} ms)", st0, st1,
+                                  f"rank {st_rank} on node{st_node} GPU{st_gpu}")):
         hits = sorted(((a0 - t0 - on, m) for a0, _, m in fired if on <= a0 - t0 <= off), key=lambda x: x[0])
         if not hits:
-            print(f"  {label:<32} no alert")
+            print(f"  {label:<32} no alert                      (expected: {want})")
             continue
         first = hits[0]
         names = []
@@ -319,10 +332,25 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
             if n not in [x[0] for x in names]:
                 names.append((n, d, m))
         print(f"  {label:<32} {first[0]:5.0f} s  " + ", ".join(
-            f"{n} +{d:.0f}s" + (f" ({m['node']}" + (f" rank {m['rank']}" if m.get('rank') else "") + ")"
+            f"{n} +{d:.0f}s" + (f" ({m['node']}" + (f" {m.get('gpu', '')} rank {m['rank']} of {m.get('comm_name')}"
+                                                    if m.get('rank') else "") + ")"
                                 if n in ("NcclinspHostNetworkSlow", "NcclinspRankStraggler", "NcclinspNvlinkDegraded")
                                 and m.get("node") else "")
             for n, d, m in names[:4]))
+        # Who the attribution alerts named during this fault: the expected culprit and nobody else.
+        hosts = sorted({m.get("node") for _, m in hits if m["alertname"] in host_alerts})
+        ranks = sorted({(m.get("node"), m.get("gpu", "")) for _, m in hits if m["alertname"] == "NcclinspRankStraggler"})
+        who = ([f"host {h}" for h in hosts] + [f"late rank on {n} {g}" for n, g in ranks]) or ["no host, no rank"]
+        if on == net0:
+            ok = not hosts and not ranks
+        elif on == slow0:
+            ok = hosts == [slow_name] and not ranks
+        else:
+            ok = not hosts and ranks == [(f"node{st_node}", f"GPU{st_gpu}")]
+        first_named = min((d for d, m in hits if (on == slow0 and m["alertname"] == "NcclinspHostNetworkSlow") or
+                           (on == st0 and m["alertname"] == "NcclinspRankStraggler")), default=None)
+        print(f"  {'':<32} named: {', '.join(who)}; expected {want}: {'RIGHT' if ok else 'WRONG'}"
+              + (f" (culprit named {first_named:.0f} s after onset)" if first_named is not None else ""))
 
     if hook:
         print("\n Notifications (Alertmanager, prometheus/alertmanager.example.yml: grouped per alert name and job,"
@@ -346,7 +374,8 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
           f"{fmt(rs[0]).strip()} -> {fmt(rs[1]).strip()} GB/s with NVLink flat. Every rank's kernel time slows alike"
           f" (collectives are coupled); the proxy send/network wait names {named or 'no host'}.")
     print(f"  3. a late rank makes its peers wait: their bandwidth drops while its own exec time is the shortest;"
-          f" the exec-time ratio names " + (f"{late_named[0]} rank {late_named[2]}." if late_named else "no rank."))
+          f" the exec-time ratio names " + (f"{late_named[0]} {late_named[1]}, global rank {late_named[2]}." if late_named
+                                            else "no rank."))
     print(bar)
 
 
