@@ -206,7 +206,7 @@ BENCHMARK(BM_plugin_finalize_typical_job)->Iterations(5)->Repetitions(1)->Unit(b
 
 int main(int argc, char** argv) {
   set_plugin_env();
-  g_lib = new sim::plugin_library(plugin_path(), 7);
+  g_lib = new sim::plugin_library(plugin_path(), abi::newest);
   if (!g_lib->ok()) {
     std::fprintf(stderr, "bench_export: %s\n", g_lib->error().c_str());
     return 1;

@@ -93,7 +93,7 @@ row measure(double rate, double seconds, bool enabled = true) {
     ::setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "1000000", 1);
     ::setenv("NCCLINSP_SINKS", "json", 0);
     ::setenv("NCCLINSP_NODE_NAME", "bench", 0);
-    sim::plugin_library lib(ncclinsp::bench::plugin_path(), 7);
+    sim::plugin_library lib(ncclinsp::bench::plugin_path(), ncclinsp::abi::newest);
     if (!lib.ok()) std::_Exit(10);
     sim::comm_driver comm(lib, {.comm_hash = 0x7a7e, .name = "rate", .n_nodes = 1, .n_ranks = 8, .rank = 0});
     if (enabled && !comm.active()) std::_Exit(11);

@@ -53,7 +53,7 @@ void run_collector(std::uint64_t total) {
 
 void run_plugin(std::uint64_t total) {
   set_plugin_env();
-  sim::plugin_library lib(plugin_path(), 7);
+  sim::plugin_library lib(plugin_path(), abi::newest);
   if (!lib.ok()) {
     std::fprintf(stderr, "bench_memory: %s\n", lib.error().c_str());
     return;
@@ -63,9 +63,9 @@ void run_plugin(std::uint64_t total) {
   cfg.name = "mem";
   cfg.n_ranks = 8;
   sim::comm_driver d(lib, cfg);
-  const abi::profiler_v7* t = lib.table<7>();
+  const auto* t = lib.table<abi::newest>();
   void* ctx = d.context();
-  abi::descr_v7 coll, kch;
+  abi::version<abi::newest>::descr coll, kch;
   std::memset(static_cast<void*>(&coll), 0, sizeof coll);
   std::memset(static_cast<void*>(&kch), 0, sizeof kch);
   coll.type = abi::ev_coll;

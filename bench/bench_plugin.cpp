@@ -48,8 +48,8 @@ std::string null_plugin_path() {
 void setup() {
   set_plugin_env();
   g_env = new env;
-  if (!g_env->lib_ours.open(plugin_path(), 7)) throw std::runtime_error(g_env->lib_ours.error());
-  if (!g_env->lib_null.open(null_plugin_path(), 7)) throw std::runtime_error(g_env->lib_null.error());
+  if (!g_env->lib_ours.open(plugin_path(), abi::newest)) throw std::runtime_error(g_env->lib_ours.error());
+  if (!g_env->lib_null.open(null_plugin_path(), abi::newest)) throw std::runtime_error(g_env->lib_null.error());
   std::uint64_t hash = 0xbe1c0000;
   auto make = [&](const sim::plugin_library& lib, const char* handles) {
     ::setenv("NCCLINSP_NULL_PLUGIN_HANDLES", handles, 1);
@@ -113,13 +113,13 @@ void BM_driver_coll(benchmark::State& st, which w) {
 /// Coll start/stop + per channel KernelCh start, state 22, stop: straight through the v7 table.
 void BM_direct_coll(benchmark::State& st, which w) {
   const sim::comm_driver& d = *g_env->comm[w];
-  const abi::profiler_v7* t = (w == ours ? g_env->lib_ours : g_env->lib_null).table<7>();
+  const auto* t = (w == ours ? g_env->lib_ours : g_env->lib_null).table<abi::newest>();
   void* const ctx = d.context();
   const int nch = static_cast<int>(st.range(0));
   static const char* fn_names[] = {"AllReduce", "AllGather", "ReduceScatter", "AllReduce"};
-  std::array<abi::descr_v7, mix_size> coll{};
+  std::array<abi::version<abi::newest>::descr, mix_size> coll{};
   for (std::size_t i = 0; i < mix_size; ++i) {
-    abi::descr_v7& c = coll[i];
+    abi::version<abi::newest>::descr& c = coll[i];
     std::memset(static_cast<void*>(&c), 0, sizeof c);
     c.type = abi::ev_coll;
     c.rank = 0;
@@ -131,7 +131,7 @@ void BM_direct_coll(benchmark::State& st, which w) {
     c.coll.algo = "RING";
     c.coll.proto = "SIMPLE";
   }
-  abi::descr_v7 kch;
+  abi::version<abi::newest>::descr kch;
   std::memset(static_cast<void*>(&kch), 0, sizeof kch);
   kch.type = abi::ev_kernel_ch;
   std::uint64_t seq = 0;

@@ -27,7 +27,7 @@ constexpr int channels = 4, steps = 8, sample = 16;
 
 struct plugin {
   sim::plugin_library lib;
-  const abi::profiler_v7* t = nullptr;
+  const abi::version<abi::newest>::table* t = nullptr;
   void* ctx = nullptr;
 };
 plugin* g_ours = nullptr;
@@ -44,8 +44,8 @@ std::string null_plugin_path() {
 
 plugin* open(const std::string& path, const char* handles) {
   auto* p = new plugin;
-  if (!p->lib.open(path, 7)) throw std::runtime_error(p->lib.error());
-  p->t = p->lib.table<7>();
+  if (!p->lib.open(path, abi::newest)) throw std::runtime_error(p->lib.error());
+  p->t = p->lib.table<abi::newest>();
   ::setenv("NCCLINSP_NULL_PLUGIN_HANDLES", handles, 1);
   int mask = 0;
   if (p->t->init(&p->ctx, 0xb0b, &mask, "bench", 2, 8, 0, nullptr) != abi::success) throw std::runtime_error("init failed");
@@ -64,8 +64,8 @@ enum class mode { none, unsampled, sampled, mix };
 
 void BM_proxy(benchmark::State& st, bool ours, mode m) {
   plugin& p = *(ours ? g_ours : g_null);
-  const abi::profiler_v7* t = p.t;
-  abi::descr_v7 coll, kch, pop, pst;
+  const auto* t = p.t;
+  abi::version<abi::newest>::descr coll, kch, pop, pst;
   for (auto* d : {&coll, &kch, &pop, &pst}) std::memset(static_cast<void*>(d), 0, sizeof *d);
   coll.type = abi::ev_coll;
   coll.coll.func = "AllReduce";

@@ -1,6 +1,10 @@
 // The exported NCCL profiler tables (ncclProfiler_v7, _v6, _v5, _v4): a thin C layer over
 // plugin_state. Each function catches everything; only init can report an error.
+#include "ncclinsp/abi/versions.hpp"
 #include "ncclinsp/plugin/profiler_plugin.hpp"
+
+// One table per entry of abi::versions (a new version: add its table here and to exports.map).
+static_assert(ncclinsp::abi::versions == std::array<int, 4>{4, 5, 6, 7}, "export a ncclProfiler_v<N> table for each of abi::versions");
 
 namespace {
 

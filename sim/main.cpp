@@ -635,7 +635,11 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"ncclinsp-sim: simulated multi-node LLM training job driving an NCCL profiler plugin"};
   app.add_option("--plugin", o.plugin, "profiler plugin .so")->required();
-  app.add_option("--abi", o.abi, "profiler ABI: 0 = newest exported, 4..7")->check(CLI::IsMember({0, 4, 5, 6, 7}));
+  std::vector<int> abi_choices{0};
+  abi_choices.insert(abi_choices.end(), ncclinsp::abi::versions.begin(), ncclinsp::abi::versions.end());
+  app.add_option("--abi", o.abi,
+                 "profiler ABI: 0 = newest exported, " + std::to_string(ncclinsp::abi::oldest) + ".." + std::to_string(ncclinsp::abi::newest))
+      ->check(CLI::IsMember(abi_choices));
   app.add_option("--nodes", o.nodes, "simulated nodes")->check(CLI::Range(1, 4096));
   app.add_option("--gpus", o.gpus, "GPUs per node")->check(CLI::Range(1, 16));
   auto* dur = app.add_option("--duration", o.duration, "simulated seconds to run")->check(CLI::NonNegativeNumber);

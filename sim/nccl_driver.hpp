@@ -25,6 +25,7 @@
 /// `enqueue` and `complete` allocate nothing.
 
 #include <ncclinsp/abi/nccl_profiler.hpp>
+#include <ncclinsp/abi/versions.hpp>
 
 #include <atomic>
 #include <cstdarg>
@@ -158,11 +159,7 @@ inline void logger(abi::log_level level, unsigned long flags, const char* file, 
 
 // ---- version traits --------------------------------------------------------------------------------
 
-template <int V> struct version;
-template <> struct version<4> { using descr = abi::descr_v4; using table = abi::profiler_v4; };
-template <> struct version<5> { using descr = abi::descr_v5; using table = abi::profiler_v5; };
-template <> struct version<6> { using descr = abi::descr_v6; using table = abi::profiler_v6; };
-template <> struct version<7> { using descr = abi::descr_v7; using table = abi::profiler_v7; };
+using abi::version;  // per-version descriptor and table types (ncclinsp/abi/versions.hpp)
 
 /// Whether NCCL can deliver an event of `type` to a plugin of version V at all.
 constexpr bool version_supports(int v, std::uint64_t type) noexcept {
@@ -179,7 +176,7 @@ constexpr bool version_supports(int v, std::uint64_t type) noexcept {
 class plugin_library {
  public:
   plugin_library() = default;
-  /// force_abi: 0 = newest exported (v7 → v4), 4..7 = exactly that symbol.
+  /// force_abi: 0 = newest exported (abi::newest → abi::oldest), one of abi::versions = exactly that symbol.
   explicit plugin_library(const std::string& path, int force_abi = 0) { open(path, force_abi); }
   plugin_library(const plugin_library&) = delete;
   plugin_library& operator=(const plugin_library&) = delete;
@@ -201,8 +198,9 @@ class plugin_library {
     close();
     path_ = path;
     error_.clear();
-    if (force_abi != 0 && (force_abi < 4 || force_abi > 7)) {
-      error_ = "unsupported profiler ABI version " + std::to_string(force_abi) + " (want 0 or 4..7)";
+    if (force_abi != 0 && !abi::is_version(force_abi)) {
+      error_ = "unsupported profiler ABI version " + std::to_string(force_abi) + " (want 0 or " + std::to_string(abi::oldest) + ".." +
+               std::to_string(abi::newest) + ")";
       return false;
     }
     handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -211,7 +209,8 @@ class plugin_library {
       error_ = "dlopen(" + path + ") failed: " + (e ? e : "unknown error");
       return false;
     }
-    for (int v = 7; v >= 4; --v) {
+    for (auto it = abi::versions.rbegin(); it != abi::versions.rend(); ++it) {  // newest first, as NCCL
+      const int v = *it;
       if (force_abi != 0 && v != force_abi) continue;
       const std::string sym = "ncclProfiler_v" + std::to_string(v);
       ::dlerror();
@@ -221,8 +220,13 @@ class plugin_library {
         return true;
       }
     }
-    error_ = force_abi ? path + " does not export ncclProfiler_v" + std::to_string(force_abi)
-                       : path + " exports none of ncclProfiler_v7, _v6, _v5, _v4";
+    if (force_abi) {
+      error_ = path + " does not export ncclProfiler_v" + std::to_string(force_abi);
+    } else {
+      error_ = path + " exports none of ncclProfiler";  // "ncclProfiler_v7, _v6, _v5, _v4"
+      for (auto it = abi::versions.rbegin(); it != abi::versions.rend(); ++it)
+        error_ += (it == abi::versions.rbegin() ? "_v" : ", _v") + std::to_string(*it);
+    }
     ::dlclose(handle_);
     handle_ = nullptr;
     return false;
@@ -357,16 +361,14 @@ class comm_driver {
     }
     const char* name = (cfg_.null_name || cfg_.name.empty()) ? nullptr : cfg_.name.c_str();
     int* mask = &global_mask();
-    switch (abi_) {
-      case 4:
-        init_result_ = lib.table<4>()->init(&context_, mask, name, cfg_.comm_hash, cfg_.n_nodes, cfg_.n_ranks,
-                                            cfg_.rank, &logger);
-        break;
-      case 5: init_result_ = lib.table<5>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
-      case 6: init_result_ = lib.table<6>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
-      case 7: init_result_ = lib.table<7>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger); break;
-      default: init_result_ = abi::internal_error; break;
-    }
+    init_result_ = abi::internal_error;
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      if constexpr (V == 4)  // v4 init: no commId before the mask, the hash after the name
+        init_result_ = lib.table<V>()->init(&context_, mask, name, cfg_.comm_hash, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
+      else
+        init_result_ = lib.table<V>()->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
+    });
     if (init_result_ != abi::success) {
       logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__, "Profiler init failed with error (%d). Continue without profiler.",
              int(init_result_));
@@ -403,13 +405,10 @@ class comm_driver {
   void enqueue(std::span<const op_desc> ops, std::span<pending_op> out, int user_group = -1) {
     if (!active_ || ops.empty() || out.size() < ops.size()) return;
     const bool grouped = user_group < 0 ? ops.size() > 1 : user_group != 0;
-    switch (abi_) {
-      case 4: enqueue_impl<4>(ops, out, grouped); break;
-      case 5: enqueue_impl<5>(ops, out, grouped); break;
-      case 6: enqueue_impl<6>(ops, out, grouped); break;
-      case 7: enqueue_impl<7>(ops, out, grouped); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      enqueue_impl<V>(ops, out, grouped);
+    });
   }
   pending_op enqueue(const op_desc& op) {
     pending_op p;
@@ -421,13 +420,10 @@ class comm_driver {
   /// (if `t` is shorter, its last entry is reused).
   void complete(const pending_op& p, std::span<const kernel_time> t) {
     if (!active_ || t.empty()) return;
-    switch (abi_) {
-      case 4: complete_impl<4>(p, t, true); break;
-      case 5: complete_impl<5>(p, t, true); break;
-      case 6: complete_impl<6>(p, t, true); break;
-      case 7: complete_impl<7>(p, t, true); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      complete_impl<V>(p, t, true);
+    });
   }
   void complete(const pending_op& p, std::uint64_t start_ns, std::uint64_t stop_ns) {
     const kernel_time t{start_ns, stop_ns};
@@ -443,26 +439,20 @@ class comm_driver {
   template <class Wait>
   void complete_timed(std::span<const timed_op> ops, Wait&& wait) {
     if (!active_ || ops.empty()) return;
-    switch (abi_) {
-      case 4: timed_impl<4>(ops, wait); break;
-      case 5: timed_impl<5>(ops, wait); break;
-      case 6: timed_impl<6>(ops, wait); break;
-      case 7: timed_impl<7>(ops, wait); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      timed_impl<V>(ops, wait);
+    });
   }
 
   /// KernelCh start only, never stopped (NCCL 2.31 purges in-flight ops at comm destroy; a hung kernel).
   void start_only(const pending_op& p, std::uint64_t start_ns) {
     if (!active_) return;
     const kernel_time t{start_ns, 0};
-    switch (abi_) {
-      case 4: complete_impl<4>(p, std::span<const kernel_time>(&t, 1), false); break;
-      case 5: complete_impl<5>(p, std::span<const kernel_time>(&t, 1), false); break;
-      case 6: complete_impl<6>(p, std::span<const kernel_time>(&t, 1), false); break;
-      case 7: complete_impl<7>(p, std::span<const kernel_time>(&t, 1), false); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      complete_impl<V>(p, std::span<const kernel_time>(&t, 1), false);
+    });
   }
 
   /// A PXN ProxyOp progressed in this process on behalf of another: `proxyOp.pid` = `pid`, and both
@@ -471,25 +461,19 @@ class comm_driver {
                         void* foreign_parent = reinterpret_cast<void*>(0x10),
                         void* foreign_context = reinterpret_cast<void*>(0x20)) {
     if (!active_) return;
-    switch (abi_) {
-      case 4: foreign_impl<4>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
-      case 5: foreign_impl<5>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
-      case 6: foreign_impl<6>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
-      case 7: foreign_impl<7>(pid, channel, peer, rank, foreign_parent, foreign_context); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      foreign_impl<V>(pid, channel, peer, rank, foreign_parent, foreign_context);
+    });
   }
 
   /// One ProxyCtrl Append → AppendEnd cycle on the proxy thread (reads the global mask per event, as NCCL).
   void proxy_ctrl(int appended_ops) {
     if (!active_) return;
-    switch (abi_) {
-      case 4: proxy_ctrl_impl<4>(appended_ops); break;
-      case 5: proxy_ctrl_impl<5>(appended_ops); break;
-      case 6: proxy_ctrl_impl<6>(appended_ops); break;
-      case 7: proxy_ctrl_impl<7>(appended_ops); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      proxy_ctrl_impl<V>(appended_ops);
+    });
   }
 
   /// ncclCommDestroy: `finalize(context)` if init succeeded and the context is non-NULL. Idempotent.
@@ -497,13 +481,10 @@ class comm_driver {
     if (!active_) return;
     active_ = false;
     if (!context_) return;
-    switch (abi_) {
-      case 4: lib_->table<4>()->finalize(context_); break;
-      case 5: lib_->table<5>()->finalize(context_); break;
-      case 6: lib_->table<6>()->finalize(context_); break;
-      case 7: lib_->table<7>()->finalize(context_); break;
-      default: break;
-    }
+    abi::with_abi(abi_, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      lib_->table<V>()->finalize(context_);
+    });
   }
 
  private:

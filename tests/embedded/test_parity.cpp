@@ -63,7 +63,7 @@ std::vector<scenario_op> scenario() {
 }
 
 int run_plugin() {
-  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
   if (!lib.ok()) return 10;
   static void* cuda = ::dlopen(NCCLINSP_SIMCUDA_LIB, RTLD_NOW | RTLD_GLOBAL);
   using fn_t = void (*)(int, const unsigned char*);

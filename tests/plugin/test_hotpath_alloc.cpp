@@ -51,7 +51,7 @@ TEST_CASE("hot path: no allocation and no lock per op after warm-up, on the enqu
                                                   {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
                                                   {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}};
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             set_device(0);
             sim::comm_driver c(lib, {.comm_hash = 5, .name = "hot", .n_ranks = 4});
             if (c.init_result() != ncclinsp::abi::success) return 1;

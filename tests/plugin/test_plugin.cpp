@@ -120,14 +120,14 @@ TEST_CASE("disabled by default, like Inspector: success, no context, mask untouc
 TEST_CASE("init failure leaves NCCL running, NULL and garbage handles are ignored", "[plugin][hostile]") {
   const std::string dir = fresh_dir("plugin");
   CHECK(in_child(prom_env(dir), [] {
-          sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+          sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
           set_device(0);
-          auto t = lib.table<7>();
+          auto t = lib.table<ncclinsp::abi::newest>();
           void* ctx = reinterpret_cast<void*>(0x1);
           int mask = 0;
           if (t->init(&ctx, 1, &mask, "bad", 1, 0, 0, nullptr) == ncclinsp::abi::success || ctx) return 1;  // nranks = 0
           // NCCL goes on calling with a NULL context, and with handles we never gave out.
-          ncclinsp::abi::descr_v7 d{};
+          ncclinsp::abi::version<ncclinsp::abi::newest>::descr d{};
           d.type = ncclinsp::abi::ev_coll;
           void* h = reinterpret_cast<void*>(0x1);
           t->startEvent(nullptr, &h, &d);
@@ -222,7 +222,7 @@ TEST_CASE("minimum size filter, pool exhaustion and hung ops are counted, never 
   env["NCCL_INSPECTOR_P2P_POOL_SIZE"] = "10";
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "200000";
   REQUIRE(in_child(env, [&dir] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             set_device(2);
             sim::comm_driver comm(lib, {.comm_hash = 5, .name = "hang", .n_nodes = 2, .n_ranks = 16, .rank = 3});
             comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1024});  // 4 KiB < 8192
@@ -285,7 +285,7 @@ TEST_CASE("JSON mode at a sustained 50,000 ops/s with default settings: every op
   env["NCCL_INSPECTOR_PROM_DUMP"] = "0";
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "1000000";
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             if (!lib.ok()) return 10;
             set_device(0);
             sim::comm_driver comm(lib, {.comm_hash = 0x5ca1ab1e, .name = "rate", .n_nodes = 1, .n_ranks = 8, .rank = 0});
@@ -403,7 +403,7 @@ TEST_CASE("1000 communicators created and destroyed, hostile names stay valid", 
   auto env = prom_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";  // finished comms leave the file as they go
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             set_device(0);
             sim::comm_driver keep(lib, {.comm_hash = 9, .name = std::string("q\"b\\n\nl\xff\xfe") + std::string(10000, 'x'), .n_ranks = 2});
             auto p = keep.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
@@ -439,7 +439,7 @@ TEST_CASE("through the plugin: algo_proto SYM, user_tag label, CPU-timing fallba
   env["NCCLINSP_USER_TAG_LABEL"] = "1";
   env["NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING"] = "0";  // keep CPU-timed ops, labelled as such
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             set_device(0);
             sim::comm_driver comm(lib, {.comm_hash = 6, .name = "lbl", .n_ranks = 4});
             // A symmetric kernel (v7 isSymColl).

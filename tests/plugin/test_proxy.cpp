@@ -202,21 +202,21 @@ TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handle
   auto env = proxy_env(dir, "1");
   env.erase("NCCLINSP_PROXY");
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             sim::comm_driver::set_mask(0);
             sim::comm_driver plain(lib, {.comm_hash = 5, .name = "x", .n_nodes = 2, .n_ranks = 2});
             if (plain.mask() & (abi::ev_proxy_op | abi::ev_proxy_step)) return 1;
             sim::comm_driver comm(lib, {.comm_hash = 6, .name = "y", .n_nodes = 2, .n_ranks = 2, .mask_override = 0xFFFF});
             const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
-            abi::descr_v7 d{};
+            abi::version<abi::newest>::descr d{};
             d.type = abi::ev_proxy_op;
             d.parentObj = p.task_handle;
             d.proxyOp.pid = ::getpid();
             d.proxyOp.peer = 1;
             d.proxyOp.isSend = 1;
             void* h = reinterpret_cast<void*>(0x1);
-            lib.table<7>()->startEvent(comm.context(), &h, &d);
+            lib.table<abi::newest>()->startEvent(comm.context(), &h, &d);
             if (h) return 2;
             comm.complete(p, t0, t0 + 1000);
             return 0;
@@ -233,7 +233,7 @@ TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WAR
   env["NCCLINSP_INTERVAL"] = "100ms";
   env["NCCLINSP_DETECT_MIN_OPS"] = "4";
   REQUIRE(in_child(env, [dir] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(1);
             sim::comm_driver comm(lib, {.comm_hash = 0xde7, .name = "dp", .n_nodes = 2, .n_ranks = 4, .rank = 0});
             const std::string prom = dir + "/nccl_inspector_metrics_" + uuid_of(1) + ".prom";

@@ -58,7 +58,7 @@ TEST_CASE("wall clock jumps: no negative or day-long duration, no false hang, re
             g_jumpy = true;
             ::clock_gettime(CLOCK_REALTIME, &probe);  // the seam works: the clock jumped
             if (std::labs(probe.tv_sec - before) < back_s - 5) return 20;
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
             set_device(0);
             sim::comm_driver gone(lib, {.comm_hash = 11, .name = "gone", .n_ranks = 2});
             gone.complete(gone.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2}),

@@ -129,7 +129,7 @@ bool prom_well_formed(const std::string& text, std::set<std::string>* families =
 TEST_CASE("hostile communicator names and strings: valid exposition and valid JSON", "[reliability][hostile]") {
   const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             const std::string names[] = {
                 "q\"uote", "back\\slash\\", "new\nline\r\n", "bad\xff\xfe utf8 \xc3\x28 \xe2\x82 \xed\xa0\x80", std::string(10240, 'n'),
@@ -199,11 +199,11 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
   env["NCCLINSP_K8S_POD"] = "pod\"},{\n";
   env["SLURM_JOB_ID"] = "\"\n";
   REQUIRE(in_child(env, [&garbage] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             void* ctx = nullptr;
             int mask = 0;
-            if (lib.table<7>()->init(&ctx, 42, &mask, "env", 1, 2, 0, capture_logger) != abi::success || !ctx) return 1;
+            if (lib.table<abi::newest>()->init(&ctx, 42, &mask, "env", 1, 2, 0, capture_logger) != abi::success || !ctx) return 1;
             for (const auto& [k, v] : garbage)
               if (warnings_containing(k + "=") != 1) {
                 std::fprintf(stderr, "%s: %d warnings\n", k.c_str(), warnings_containing(k + "="));
@@ -224,7 +224,7 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
             sim::comm_driver c(lib, {.comm_hash = 43, .name = "env2", .n_ranks = 2});
             one_op(c);
             c.finalize();
-            lib.table<7>()->finalize(ctx);
+            lib.table<abi::newest>()->finalize(ctx);
             return 0;
           }) == 0);
   const auto logs = files_in(dir, ".log");
@@ -250,11 +250,11 @@ namespace {
 /// Drives a communicator while the dump directory is unusable, then makes it usable: the plugin
 /// warns (once), never crashes, keeps the metrics, and writes them once it can.
 int unusable_then_usable(const std::string& dir, const std::function<void()>& fix) {
-  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
   set_device(1);
   void* ctx = nullptr;
   int mask = 0;
-  if (lib.table<7>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
+  if (lib.table<abi::newest>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
   sim::comm_driver c(lib, {.comm_hash = 8, .name = "dirtest", .n_ranks = 2});
   for (int i = 0; i < 5; ++i) one_op(c, t0 + i * 1'000'000ull);
   if (!wait_for([] { return sim::logger_warn_count().load() + warnings() >= 1; })) return 2;  // "cannot write ..."
@@ -268,7 +268,7 @@ int unusable_then_usable(const std::string& dir, const std::function<void()>& fi
     return 4;
   }
   c.finalize();
-  lib.table<7>()->finalize(ctx);
+  lib.table<abi::newest>()->finalize(ctx);
   return 0;
 }
 }  // namespace
@@ -277,7 +277,7 @@ TEST_CASE("dump directory missing: created (with parents)", "[reliability][dumpd
   const std::string dir = fresh_dir("rel") + "/a/b/c";
   auto env = base_env(dir);
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             sim::comm_driver c(lib, {.comm_hash = 1, .name = "mk", .n_ranks = 2});
             one_op(c);
@@ -318,7 +318,7 @@ TEST_CASE("umask 077: node_exporter running as another user still reads the .pro
   env["NCCLINSP_PROM_KEEP_FILES"] = "1";
   REQUIRE(in_child(env, [] {
             ::umask(077);
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             sim::comm_driver c(lib, {.comm_hash = 1, .name = "um", .n_ranks = 2});
             one_op(c);
@@ -390,11 +390,11 @@ namespace {
 // Run with NCCLINSP_RETAIN_FINALIZED_S=0: the 200 short-lived communicators must leave the file
 // once written, or it never fits the small disk again.
 int disk_full_scenario(const std::string& dir, const std::function<void()>& fill, const std::function<void()>& unfill) {
-  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
   set_device(2);
   void* ctx = nullptr;
   int mask = 0;
-  if (lib.table<7>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
+  if (lib.table<abi::newest>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
   sim::comm_driver c(lib, {.comm_hash = 9, .name = "full", .n_ranks = 2});
   one_op(c);
   const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(2));
@@ -418,7 +418,7 @@ int disk_full_scenario(const std::string& dir, const std::function<void()>& fill
   if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"full\""}) == 2; })) return 6;
   if (!prom_well_formed(slurp(prom))) return 7;
   c.finalize();
-  lib.table<7>()->finalize(ctx);
+  lib.table<abi::newest>()->finalize(ctx);
   return 0;
 }
 }  // namespace
@@ -470,9 +470,9 @@ TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before com
           "[reliability][hostile][handles]") {
   const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir), [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
-            auto t = lib.table<7>();
+            auto t = lib.table<abi::newest>();
             abi::state_args a{};
             for (void* h : {static_cast<void*>(nullptr), reinterpret_cast<void*>(0x1), reinterpret_cast<void*>(~std::uintptr_t{0}),
                             reinterpret_cast<void*>(std::uintptr_t{0x40000123456789abull}), reinterpret_cast<void*>(std::uintptr_t{0x80000000000001ffull})}) {
@@ -496,7 +496,7 @@ TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before com
             void* ctx = c.context();
             c.finalize();
             // Events after finalize, with the dead context and the dead handles.
-            abi::descr_v7 d{};
+            abi::version<abi::newest>::descr d{};
             d.type = abi::ev_coll;
             d.coll.func = "AllReduce";
             d.coll.datatype = "ncclFloat32";
@@ -529,7 +529,7 @@ TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before com
 TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in the ASan build)", "[reliability][leak]") {
   const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             for (int i = 0; i < 1000; ++i) {
               sim::comm_driver c(lib, {.comm_hash = 100u + i, .name = "c" + std::to_string(i), .n_ranks = 2});
@@ -652,7 +652,7 @@ TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring u
     constexpr int n_threads = 4, per_thread = 3000;
     INFO("ring " << ring);
     REQUIRE(in_child(env, [] {
-              sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+              sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
               set_device(0);
               std::vector<std::thread> ts;
               for (int k = 0; k < n_threads; ++k)
@@ -697,7 +697,7 @@ TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complet
   env["NCCL_INSPECTOR_DUMP_VERBOSE"] = "1";  // per-op callback traces: written from both threads
   constexpr int n_comms = 3, per_comm = 2000;
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             std::vector<std::thread> ts;
             for (int k = 0; k < n_comms; ++k)
@@ -781,7 +781,7 @@ pid_t fork_hung_sink_child(const std::string& dir, const std::string& host, cons
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   const std::string fifo = dir + "/" + host + "-pid" + std::to_string(::getpid()) + ".log";
   if (::mkfifo(fifo.c_str(), 0644) != 0) ::_exit(1);
-  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+  sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
   set_device(0);
   sim::comm_driver c(lib, {.comm_hash = 77, .name = "hung", .n_ranks = 2});
   for (int i = 0; i < n_ops; ++i) one_op(c, t0 + i * 1'000'000ull);
@@ -872,12 +872,12 @@ namespace {
 /// Raw v7 calls for one communicator, as NCCL's threads make them (no driver state shared between
 /// the threads, so only the plugin's own synchronization is exercised).
 struct raw_comm {
-  const abi::profiler_v7* t;
+  const abi::version<abi::newest>::table* t;
   void* ctx = nullptr;
   static constexpr int channels = 2;
 
   void* start_coll(std::uint64_t seq) const {
-    abi::descr_v7 d{};
+    abi::version<abi::newest>::descr d{};
     d.type = abi::ev_coll;
     d.coll.seqNumber = seq;
     d.coll.func = "AllReduce";
@@ -893,7 +893,7 @@ struct raw_comm {
   /// The proxy side of one op: ProxyOps and every KernelCh start, stop state and stop.
   void kernel(void* parent, std::uint64_t at) const {
     for (std::uint8_t ch = 0; ch < channels; ++ch) {
-      abi::descr_v7 d{};
+      abi::version<abi::newest>::descr d{};
       d.type = abi::ev_proxy_op;
       d.parentObj = parent;
       d.proxyOp.pid = ::getpid();
@@ -926,9 +926,9 @@ TEST_CASE("finalize racing NCCL's threads: events during and after finalize, ker
   const std::string dir = fresh_dir("rel");
   constexpr int rounds = 24, per_round = 64, in_order = 600;
   REQUIRE(in_child(base_env(dir), [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
-            const auto* t = lib.table<7>();
+            const auto* t = lib.table<abi::newest>();
             int mask = 0;
             raw_comm keeper{t};
             if (t->init(&keeper.ctx, 1, &mask, "keeper", 1, 2, 0, capture_logger) != abi::success) return 1;
@@ -1007,7 +1007,7 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
   env["NCCLINSP_PROM_KEEP_FILES"] = "0";  // a child that shut the sink down would delete the file
   REQUIRE(in_child(env, [&dir] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             sim::comm_driver c(lib, {.comm_hash = 31, .name = "parent", .n_ranks = 2});
             one_op(c);
@@ -1022,7 +1022,7 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
               sim::comm_driver other(lib, {.comm_hash = 32, .name = "child", .n_ranks = 2});
               if (other.init_result() != abi::success || other.context()) ::_exit(2);
               one_op(other);
-              lib.table<7>()->finalize(c.context());
+              lib.table<abi::newest>()->finalize(c.context());
               std::exit(0);
             }
             int st = 0;
@@ -1056,7 +1056,7 @@ TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     int rc = 0;
     {
-      sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+      sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
       set_device(0);
       sim::comm_driver c(lib, {.comm_hash = std::hash<std::string>{}(me), .name = me, .n_ranks = 2});
       one_op(c);
@@ -1122,7 +1122,7 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
                 }
               }
             });
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
             {
               sim::comm_driver a(lib, {.comm_hash = 41, .name = "before", .n_ranks = 2});
@@ -1132,7 +1132,7 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
               if (std::chrono::steady_clock::now() - begin > 250ms) return 2;
             }
             lib.close();  // dlclose, dlopen, a new communicator: a new exporter beside the stuck one
-            if (!lib.open(NCCLINSP_PLUGIN_SO, 7)) return 3;
+            if (!lib.open(NCCLINSP_PLUGIN_SO, abi::newest)) return 3;
             sim::comm_driver b(lib, {.comm_hash = 42, .name = "after", .n_ranks = 2});
             if (b.init_result() != abi::success || !b.context()) return 4;
             for (int i = 0; i < 7; ++i) one_op(b, t0 + i * 1'000'000ull);
@@ -1193,9 +1193,9 @@ TEST_CASE("4096 live communicators: the next one runs without ncclinsp and is co
   env["NCCL_INSPECTOR_ENABLE_P2P"] = "0";
   constexpr int limit = 4096;
   REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, 7);
+            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
-            const auto* t = lib.table<7>();
+            const auto* t = lib.table<abi::newest>();
             std::vector<void*> ctx(limit + 1, nullptr);
             int mask = 0;
             for (int i = 0; i < limit; ++i) {

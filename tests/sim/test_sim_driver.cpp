@@ -109,9 +109,9 @@ op_desc allreduce(std::size_t count = 1 << 20, std::uint8_t nch = 2) {
 TEST_CASE("plugin_library picks the newest table and reports errors", "[sim][library]") {
   plugin_library newest(NCCLINSP_RECORDING_PLUGIN);
   REQUIRE(newest.ok());
-  CHECK(newest.abi() == 7);
+  CHECK(newest.abi() == abi::newest);
   CHECK(std::string(newest.name()) == "recording-v7");
-  for (int v = 4; v <= 7; ++v) {
+  for (int v : abi::versions) {
     plugin_library l(NCCLINSP_RECORDING_PLUGIN, v);
     REQUIRE(l.ok());
     CHECK(l.abi() == v);
@@ -128,7 +128,7 @@ TEST_CASE("plugin_library picks the newest table and reports errors", "[sim][lib
 }
 
 TEST_CASE("init passes the version's argument order and one global mask", "[sim][init]") {
-  for (int v = 4; v <= 7; ++v) {
+  for (int v : abi::versions) {
     recorder r(v);
     {
       comm_driver a(r.lib, cfg(2, 8, 3));
@@ -156,7 +156,7 @@ TEST_CASE("init passes the version's argument order and one global mask", "[sim]
 }
 
 TEST_CASE("v5+ single AllReduce: API events, plan events, KernelCh", "[sim][v5]") {
-  for (int v = 5; v <= 7; ++v) {
+  for (int v = 5; v <= abi::newest; ++v) {
     CAPTURE(v);
     recorder r(v);
     comm_driver c(r.lib, cfg());
@@ -554,7 +554,7 @@ TEST_CASE("RAS mask override: proxy events, foreign PXN ProxyOp, start-only", "[
 
 TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels, mask gating", "[sim][proxy][timed]") {
   using namespace abi;
-  for (int v = 4; v <= 7; ++v) {
+  for (int v : abi::versions) {
     CAPTURE(v);
     recorder r(v);
     comm_config cc = cfg(2, 8, 2);
