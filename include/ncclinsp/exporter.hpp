@@ -43,10 +43,6 @@ struct exporter_options {
   /// change_detector adding its gauges and events). Must not throw for long: an exception skips
   /// that export.
   std::function<void(snapshot&)> prepare{};
-  /// The final export (stop()) writes queued per-op records for at most this long, then counts
-  /// the rest as dropped (drop_reason::exit_deadline) and writes the final snapshot, so that its
-  /// statistics land before the process exits. Negative: no limit.
-  std::chrono::milliseconds final_records_budget{-1};
 };
 
 template <class Collector>
@@ -87,9 +83,6 @@ class exporter {
       std::unique_lock lk(st_->mu);
       if (st_->stop_called) return st_->finished;
       st_->stop_called = true;
-      if (st_->opts.final_records_budget.count() >= 0)  // counted from here: a drain in progress counts too
-        st_->records_until.store((std::chrono::steady_clock::now() + st_->opts.final_records_budget).time_since_epoch().count(),
-                                 std::memory_order_relaxed);
       if (!st_->started) {
         if (!st_->finished) {
           st_->finished = true;
@@ -113,6 +106,13 @@ class exporter {
     }
     if (thread_.joinable()) thread_.join();
     return true;
+  }
+
+  /// Any thread, for a process about to exit: per-op records not written by `until` are counted as
+  /// dropped (drop_reason::exit_deadline) instead, and the final export (its statistics included)
+  /// follows at once, so that it lands before the exit; a drain in progress stops at `until` too.
+  void stop_records_at(std::chrono::steady_clock::time_point until) noexcept {
+    st_->records_until.store(until.time_since_epoch().count(), std::memory_order_relaxed);
   }
 
   /// After a stop() that timed out: waits up to `timeout` for the detached thread's final export.
@@ -147,12 +147,18 @@ class exporter {
     std::uint64_t flush_requests = 0, flushes_done = 0, exports = 0;
     bool drain_early = false;  // some sink takes records between exports
     snapshot part;             // records-only snapshots, reused (exporter thread)
-    // stop() with a final_records_budget: writing records ends at this steady_clock time.
+    // stop_records_at(): writing per-op records ends at this steady_clock time.
     std::atomic<std::chrono::steady_clock::rep> records_until{std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
     std::chrono::steady_clock::time_point records_deadline() const noexcept {
       return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(records_until.load(std::memory_order_relaxed)));
     }
-    static constexpr std::uint64_t drain_batch = 4096;
+    static constexpr std::uint64_t drain_batch = 4096;  // a collector without record_batch()
+    std::uint64_t batch() const noexcept {
+      if constexpr (requires { col.record_batch(); })
+        return col.record_batch();
+      else
+        return drain_batch;
+    }
 
     /// After a change to the flags above (made under mu).
     void poke() {
@@ -167,7 +173,7 @@ class exporter {
         for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline(); ++i) {
           try {
             if constexpr (requires { col.take_records(part, drain_batch); })
-              col.take_records(part, drain_batch);
+              col.take_records(part, batch());
             else
               col.take_records(part);
             for (auto& s : sinks)
@@ -176,7 +182,7 @@ class exporter {
             emit(opts.log, log_level::warn, "draining per-op records failed (out of memory?); retrying at the next export");
             return;
           }
-          if (part.records.size() < drain_batch / 2) return;  // caught up
+          if (part.records.size() < batch() / 2) return;  // caught up
         }
       }
     }
@@ -185,11 +191,10 @@ class exporter {
       if (drain_early) {
         drain_records(1 << 20);  // the backlog in batches, not in one snapshot
         if constexpr (requires { col.discard_records(drop_reason::exit_deadline); })
-          if (final && opts.final_records_budget.count() >= 0 && col.records_pending())
+          if (final && col.records_pending() && std::chrono::steady_clock::now() >= records_deadline())
             if (const std::uint64_t n = col.discard_records(drop_reason::exit_deadline))
               emit(opts.log, log_level::warn,
-                   "final export: " + std::to_string(n) + " per-op records not written within " +
-                       std::to_string(opts.final_records_budget.count()) + " ms, counted as dropped (reason exit_deadline)");
+                   "final export: " + std::to_string(n) + " per-op records not written before the process exit, counted as dropped (reason exit_deadline)");
       }
       try {
         auto snap = col.take_snapshot(final);

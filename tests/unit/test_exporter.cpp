@@ -120,7 +120,7 @@ TEST_CASE("an exporter that was never started still writes the final snapshot", 
   CHECK(finals == 1);
 }
 
-TEST_CASE("the final export writes queued records for at most its budget and counts the rest as dropped (exit_deadline)", "[exporter]") {
+TEST_CASE("after stop_records_at the final export writes queued records until then and counts the rest as dropped (exit_deadline)", "[exporter]") {
   // A backlog at teardown (a writer that fell behind) must end up written or counted, never cut
   // off silently by the process exit that follows.
   collector<> col({.record_ring_capacity = 65536});
@@ -129,10 +129,11 @@ TEST_CASE("the final export writes queued records for at most its budget and cou
   snapshot final_snap;
   std::vector<any_sink> sinks;
   sinks.emplace_back(slow_writer{&batches, &written, &final_snap});
-  exporter ex(col, std::move(sinks), {.interval = 1h, .final_records_budget = 35ms});
+  exporter ex(col, std::move(sinks), {.interval = 1h});
   constexpr std::uint64_t n = 60000;  // 15 batches of 4096: ~150 ms of writing, 4x the budget
   for (std::uint64_t i = 0; i < n; ++i) col.record(h, ar(1000 + i % 100));
   const auto t0 = std::chrono::steady_clock::now();
+  ex.stop_records_at(t0 + 35ms);  // what the plugin does at process exit
   REQUIRE(ex.stop(5s));  // never started: the final export runs here
   const auto took = std::chrono::steady_clock::now() - t0;
   REQUIRE(final_snap.final);
@@ -147,14 +148,14 @@ TEST_CASE("the final export writes queued records for at most its budget and cou
   CHECK_FALSE(col.records_pending());
 }
 
-TEST_CASE("without a final budget the final export writes every queued record", "[exporter]") {
+TEST_CASE("without stop_records_at the final export writes every queued record, however long it takes", "[exporter]") {
   collector<> col({.record_ring_capacity = 16384});
   const auto h = col.add_comm({.name = "all", .nranks = 2, .uuid = "GPU-a"});
   std::atomic<std::uint64_t> batches{0}, written{0};
   snapshot final_snap;
   std::vector<any_sink> sinks;
   sinks.emplace_back(slow_writer{&batches, &written, &final_snap});
-  exporter ex(col, std::move(sinks), {.interval = 1h});  // final_records_budget: none
+  exporter ex(col, std::move(sinks), {.interval = 1h});  // no stop_records_at: not exiting
   for (int i = 0; i < 12000; ++i) col.record(h, ar(1000));
   REQUIRE(ex.stop(5s));
   CHECK(written.load() + final_snap.records.size() == 12000);

@@ -395,12 +395,7 @@ class plugin_state {
     };
     exporter_ = std::make_unique<exporter<collector<>>>(
         *col_, std::move(sinks),
-        // Per-op records still queued at teardown get half the exit wait, so the final statistics
-        // (counting any left over as dropped, reason exit_deadline) land before the process exits.
-        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()),
-                         .log = lg,
-                         .prepare = std::move(prepare),
-                         .final_records_budget = std::chrono::milliseconds(opts_.exit_flush_ms / 2)});
+        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg, .prepare = std::move(prepare)});
     exporter_->start();
   }
 
@@ -418,6 +413,9 @@ class plugin_state {
       for (auto& e : lingering_) pending.push_back(e.get());
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.exit_flush_ms);
+    // Per-op records still queued get the first half of the wait; the rest are counted as dropped
+    // (reason exit_deadline), so the final statistics land before the exit.
+    for (auto* e : pending) e->stop_records_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.exit_flush_ms / 2));
     for (auto* e : pending) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !e->wait_finished(left)) {
