@@ -100,9 +100,9 @@ class collector {
   /// Bytes one ring entry takes (with its op_trace when `traced`): sizes record_ring_max from a
   /// memory budget.
   static constexpr std::size_t bytes_per_record(bool traced) noexcept { return sizeof(record_slot) + (traced ? sizeof(op_trace) : 0); }
-  /// Records per take_records batch that keep the exporter's batch buffers near 2 MiB of traces
-  /// (4,096 untraced; 512 with op_traces of ~4 KB each: a 4,096-record traced batch was 16 MiB,
-  /// and first touching it stalled the writer ~400 ms on this VM).
+  /// Records per take_records batch: 4,096, or 512 with op_traces (3 KB each, ~2 KB of JSON): a
+  /// 4,096-record traced batch was 12 MiB of traces and 8 MiB of text, and first touching it
+  /// stalled the writer ~400 ms on a VM.
   std::uint64_t record_batch() const noexcept { return opts_.record_traces ? 512 : 4096; }
   /// Bytes of ring storage allocated now (all threads; exporter thread or tests).
   std::uint64_t record_ring_bytes() const noexcept {
