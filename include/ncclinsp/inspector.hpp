@@ -33,6 +33,7 @@
 
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detector.hpp"
+#include "ncclinsp/detail/inflight_table.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/log.hpp"
@@ -133,23 +134,6 @@ struct comm_info {
   std::string uuid{};       ///< "GPU-xxxxxxxx-..." (dcgm-exporter's UUID); names the .prom file. Empty: host-<node>-pid<pid>
 };
 
-/// Fills an op record from what a wrapper knows: function, element count, datatype and the
-/// measured span (any one clock, ns). Bytes are computed with overflow detection.
-constexpr op_record make_op(func f, std::uint64_t count, dtype dt, std::uint64_t start_ns, std::uint64_t end_ns,
-                            timing_source timing = timing_source::kernel_gpu) noexcept {
-  op_record r;
-  r.fn = f;
-  set_size(r, count, dt);
-  r.start_ns = start_ns;
-  r.end_ns = end_ns;
-  r.timing = timing;
-  if (is_p2p(f)) {
-    r.alg = algo::none;
-    r.pro = proto::none;
-  }
-  return r;
-}
-
 template <class Traits = default_traits>
 class basic_inspector {
  public:
@@ -162,7 +146,7 @@ class basic_inspector {
     std::uint32_t gen = 0;
     bool counted = false;          ///< started was counted, so end/cancel must complete it
   };
-  static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
+  static constexpr std::uint32_t no_slot = detail::slot_bitmap::none;
 
   /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
@@ -223,7 +207,7 @@ class basic_inspector {
     if (comm_extra* e = extras_[h].load(std::memory_order_acquire))
       e->reset();
     else
-      extras_[h].store(new comm_extra(opts_.inflight_pool), std::memory_order_release);
+      extras_[h].store(new comm_extra(opts_.inflight_pool ? opts_.inflight_pool : 1), std::memory_order_release);
     return h;
   }
 
@@ -262,8 +246,8 @@ class basic_inspector {
       col_.note_dropped(h, drop_reason::op_pool_full);  // still counted in flight, without an age
       return t;
     }
-    t.gen = e->gens[t.slot].load(std::memory_order_relaxed);
-    e->started_at[t.slot].store(collector_type::steady_ns(), std::memory_order_release);
+    t.gen = (*e)[t.slot].gen.load(std::memory_order_relaxed);
+    (*e)[t.slot].started_at.store(collector_type::steady_ns(), std::memory_order_release);
     return t;
   }
 
@@ -319,43 +303,13 @@ class basic_inspector {
   std::uint64_t exports() const noexcept { return ex_ ? ex_->exports() : 0; }
 
  private:
-  /// Per-communicator in-flight table (lock-free bitmap of start times), kept until destruction.
-  struct comm_extra {
-    explicit comm_extra(std::uint32_t n)
-        : size(n ? n : 1), slots(size), started_at(new std::atomic<std::uint64_t>[size]()), gens(new std::atomic<std::uint32_t>[size]()) {}
-    std::uint32_t size;
-    detail::slot_bitmap slots;
-    std::unique_ptr<std::atomic<std::uint64_t>[]> started_at;  // steady ns, 0 = free
-    std::unique_ptr<std::atomic<std::uint32_t>[]> gens;        // guards against a double end()
-
-    std::uint32_t alloc() noexcept { return slots.alloc(); }
-    /// false: already freed (ended twice, or reset for a new communicator).
-    bool free(std::uint32_t idx, std::uint32_t gen) noexcept {
-      std::uint32_t g = gen;
-      if (!gens[idx].compare_exchange_strong(g, gen + 1, std::memory_order_relaxed)) return false;
-      started_at[idx].store(0, std::memory_order_relaxed);
-      slots.release(idx);
-      return true;
-    }
-    std::uint64_t oldest() const noexcept {
-      std::uint64_t best = 0;
-      for (std::uint32_t i = 0; i < size; ++i) {
-        const std::uint64_t t = started_at[i].load(std::memory_order_relaxed);
-        if (t && (!best || t < best)) best = t;
-      }
-      return best;
-    }
-    std::uint64_t inflight() const noexcept {
-      std::uint64_t n = 0;
-      for (std::uint32_t i = 0; i < size; ++i) n += started_at[i].load(std::memory_order_relaxed) != 0;
-      return n;
-    }
-    /// Frees the slots the previous communicator left in flight (cold, on slot reuse).
-    void reset() noexcept {
-      for (std::uint32_t i = 0; i < size; ++i)
-        if (started_at[i].load(std::memory_order_relaxed)) free(i, gens[i].load(std::memory_order_relaxed));
-    }
+  /// One in-flight op of the embedded mode: its generation guards against a double end().
+  struct inflight_slot {
+    std::atomic<std::uint32_t> gen{0};
+    std::atomic<std::uint64_t> started_at{0};  // steady ns, 0 = free
   };
+  /// Per-communicator in-flight table (the plugin's, detail/inflight_table.hpp), kept until destruction.
+  using comm_extra = detail::inflight_table<inflight_slot>;
 
   /// What the exporter snapshots: runs the pollers, then the collector.
   struct source {
@@ -398,7 +352,7 @@ class basic_inspector {
   bool release(const inflight& t) noexcept {
     if (t.slot == no_slot || t.comm >= Traits::max_comms) return true;  // untracked: nothing to check
     comm_extra* e = extras_[t.comm].load(std::memory_order_acquire);
-    return !e || t.slot >= e->size || e->free(t.slot, t.gen);
+    return !e || t.slot >= e->size() || e->release_if(t.slot, t.gen);
   }
 
   inspector_options opts_;

@@ -119,4 +119,21 @@ constexpr void set_size(op_record& op, std::uint64_t count, dtype dt) noexcept {
   }
 }
 
+/// Fills an op record from what a wrapper knows: function, element count, datatype and the
+/// measured span (any one clock, ns). Bytes are computed with overflow detection.
+constexpr op_record make_op(func f, std::uint64_t count, dtype dt, std::uint64_t start_ns, std::uint64_t end_ns,
+                            timing_source timing = timing_source::kernel_gpu) noexcept {
+  op_record r;
+  r.fn = f;
+  set_size(r, count, dt);
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  r.timing = timing;
+  if (is_p2p(f)) {
+    r.alg = algo::none;
+    r.pro = proto::none;
+  }
+  return r;
+}
+
 }  // namespace ncclinsp

@@ -1,0 +1,440 @@
+#pragma once
+/// The plugin's event adapter: NCCL's startEvent / stopEvent / recordEventState (profiler ABI
+/// v4-v7) turned into op records for the collector. This is the hot path.
+///
+/// Rules kept here (nccl-profiler-abi.md §7-§9, nccl-newest-delta.md §3):
+///  - Handles are tagged integers (handle.hpp): decoded, bounds- and generation-checked, or ignored.
+///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped.
+///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
+///    max-of-channels); channels are keyed by their real id, which need not start at 0.
+///  - No throw crosses the C ABI; no I/O on NCCL's threads.
+///  - Every event that looks up a communicator runs inside a reader_gate section, so that finalize
+///    (plugin_state.hpp) frees a communicator's state only once no event can still hold it.
+/// Hot path (Coll, P2p, KernelCh): no lock, no allocation, a few relaxed atomics on the op's own
+/// slot. Events of the types we do not follow return before the reader section.
+/// Proxy accounting (NCCLINSP_PROXY=1, off by default): for 1 op in NCCLINSP_PROXY_SAMPLE (by
+/// sequence number, so every rank samples the same ops) the ProxyOps get a handle; the others get
+/// NULL, so NCCL emits no steps for them. Each step's state transitions are timed on the proxy
+/// thread (CLOCK_MONOTONIC) into the communicator's proxy_table, from a fixed step pool.
+/// Over ~350 lines: one class whose members are the callbacks of one ABI, kept together.
+
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "ncclinsp/abi/nccl_profiler.hpp"
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/reader_gate.hpp"
+#include "ncclinsp/model.hpp"
+#include "ncclinsp/options.hpp"
+#include "ncclinsp/plugin/comm_state.hpp"
+#include "ncclinsp/plugin/handle.hpp"
+
+namespace ncclinsp::plugin {
+
+using abi::result_t;
+
+/// CLOCK_MONOTONIC_COARSE in ns: a vDSO read (~ns), same epoch as steady_clock; used for in-flight ages.
+inline std::uint64_t coarse_ns() noexcept {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+inline std::uint64_t clock_ns(clockid_t id) noexcept {
+  timespec ts;
+  ::clock_gettime(id, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+inline std::uint64_t precise_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
+
+/// The callbacks' state: what the events read (options, collector, communicator table, reader
+/// gate). plugin_state (plugin_state.hpp) derives from it and fills it at init.
+class event_adapter {
+ public:
+  // ---- events (hot) ----------------------------------------------------------------------------
+  template <class Descr>
+  result_t start_event(void* context, void** handle, const Descr* d) noexcept {
+    if (!handle) return abi::success;
+    *handle = nullptr;
+    if (!d) return abi::success;
+    const std::uint64_t type = d->type;
+    if constexpr (std::is_same_v<Descr, abi::descr_v4>) {
+      // NCCL 2.27 starts Coll/P2p only under a non-NULL Group handle: give a constant, inert one.
+      if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::group, 0, 0, 0));
+    }
+    // Types that get no handle (the API and Group ancestors NCCL emits anyway, types a RAS mask
+    // override enables, KernelPhase) return before the reader section: nothing is looked up.
+    if (!(type & (abi::ev_kernel_ch | abi::ev_coll | abi::ev_p2p | abi::ev_proxy_step | abi::ev_proxy_op | abi::ev_ce_coll)))
+      return abi::success;
+    const auto in = gate_.enter();
+    if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if (type == abi::ev_coll) return start_coll(context, handle, d);
+    if (type == abi::ev_p2p) return start_p2p(context, handle, d);
+    if (type == abi::ev_proxy_step) return start_step(handle, d->parentObj);
+    if (type == abi::ev_proxy_op) return start_proxy_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
+    if constexpr (requires { d->ceColl; }) {
+      if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
+    }
+    // Everything else (ancestors NCCL emits anyway, ProxyOp incl. foreign-pid PXN ops, types a RAS
+    // mask override enables, KernelPhase): no handle, nothing dereferenced.
+    return abi::success;
+  }
+
+  result_t stop_event(void* handle) noexcept {
+    const decoded k = decode(handle);
+    if (k.kind == handle_kind::none) return abi::success;
+    const auto in = gate_.enter();
+    if (k.kind == handle_kind::channel) return stop_channel(k);
+    if (k.kind == handle_kind::group) return (k.channel & aux_kind_mask) == aux_proxy_step ? stop_step(k) : abi::success;
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* op = find_op(k, cs);
+    if (!op) return abi::success;  // stale or already released
+    op_slot& s = *op;
+    // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
+    if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
+    s.enq_stopped.store(true, std::memory_order_relaxed);
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      tr.stop_cpu_ns.store(clock_ns(CLOCK_REALTIME), std::memory_order_relaxed);
+      tr.stop_sn.store(tr.next_sn(), std::memory_order_release);
+    }
+    if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
+    drop_ref(*cs, k.slot, s);
+    return abi::success;
+  }
+
+  result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
+    if (state != abi::st_kernel_ch_stop) {
+      proxy_wait w;
+      if (!proxy_wait_of(state, w)) return abi::success;
+      const auto in = gate_.enter();
+      return record_step(handle, w, args);
+    }
+    const decoded k = decode(handle);
+    if (k.kind != handle_kind::channel) return abi::success;
+    const auto in = gate_.enter();
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s) return abi::success;
+    const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
+    if (t) relaxed_max(s->gpu_hi, t);
+    else s->gpu_missing.store(true, std::memory_order_relaxed);
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (channel_trace* c = tr.channel(k.channel)) {
+        c->record_sn = tr.next_sn();
+        c->record_cpu_ns = clock_ns(CLOCK_REALTIME);
+        c->gpu_stop_ns = t;
+      }
+    }
+    return abi::success;
+  }
+
+ protected:
+  event_adapter() = default;
+
+  comm_state* live_comm(std::uint32_t idx) const noexcept {
+    // seq_cst (a plain load on x86): ordered after this thread's reader_gate mark, see finalize.
+    return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_seq_cst) : nullptr;
+  }
+  /// The live op a decoded handle names, or nullptr (unknown comm, out of range, stale generation).
+  op_slot* find_op(const decoded& k, comm_state*& cs) const noexcept {
+    cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->ops.size()) return nullptr;
+    op_slot& s = cs->ops[k.slot];
+    return handle_gen(s.gen.load(std::memory_order_acquire)) == k.gen ? &s : nullptr;
+  }
+
+  comm_state* comm_from_context(void* context) const noexcept {
+    const decoded k = decode(context);
+    if (k.kind != handle_kind::op || k.slot != context_slot) return nullptr;
+    comm_state* cs = live_comm(k.comm);
+    return cs && handle_gen(cs->gen) == k.gen ? cs : nullptr;
+  }
+
+  // Channel timestamps of one op are delivered by one thread (NCCL's proxy thread, or the
+  // communicator's profiler thread since 2.31), so min/max are plain load+store: no locked
+  // instruction per channel. Were two threads ever to race here, the span could only come out
+  // slightly short; completion itself is an exact atomic count (ch_stopped).
+  static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    const std::uint64_t cur = a.load(std::memory_order_relaxed);
+    if (cur == 0 || v < cur) a.store(v, std::memory_order_relaxed);
+  }
+  static void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
+  }
+
+  /// Takes a slot and fills the common fields; returns the slot index or no_op.
+  std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels, bool ce) noexcept {
+    op_record rec;
+    rec.fn = f;
+    set_size(rec, count, parse_dtype(dtype_name));
+    if (rec.bytes_valid && rec.bytes < opts_.min_size_bytes) {
+      col_->note_filtered(cs.handle, filter_reason::min_size);
+      return no_op;
+    }
+    const std::uint32_t idx = cs.ops.alloc();
+    if (idx == no_op) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs.handle, drop_reason::op_pool_full);
+      return no_op;
+    }
+    op_slot& s = cs.ops[idx];
+    rec.channels = static_cast<std::uint16_t>(channels);
+    s.rec = rec;
+    s.expected_ch = channels;
+    s.is_ce = ce;
+    s.proxy_sampled = false;
+    s.ch_stopped.store(0, std::memory_order_relaxed);
+    s.gpu_lo.store(0, std::memory_order_relaxed);
+    s.gpu_hi.store(0, std::memory_order_relaxed);
+    s.cpu_lo.store(0, std::memory_order_relaxed);
+    s.cpu_hi.store(0, std::memory_order_relaxed);
+    s.gpu_missing.store(false, std::memory_order_relaxed);
+    s.enq_stopped.store(false, std::memory_order_relaxed);
+    s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
+    if (cs.traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs.traces[idx];
+      tr.t.n_channels = 0;
+      tr.t.start_sn = 1;
+      tr.t.start_cpu_ns = clock_ns(CLOCK_REALTIME);
+      tr.entry_of.fill(0);
+      tr.stop_sn.store(0, std::memory_order_relaxed);
+      tr.stop_cpu_ns.store(0, std::memory_order_relaxed);
+      tr.last_sn.store(1, std::memory_order_relaxed);
+    }
+    s.started_at.store(coarse_ns(), std::memory_order_release);
+    col_->note_started(cs.handle);
+    return idx;
+  }
+
+  void* op_handle(const comm_state& cs, std::uint32_t idx) noexcept {
+    return as_handle(encode(handle_kind::op, cs.ops[idx].gen.load(std::memory_order_relaxed), cs.handle, idx));
+  }
+
+  template <class Descr>
+  result_t start_coll(void* context, void** handle, const Descr* d) noexcept {
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const func f = parse_func(d->coll.func);
+    const std::uint32_t idx = begin_op(*cs, f, d->coll.count, d->coll.datatype, d->coll.nChannels, false);
+    if (idx == no_op) return abi::success;
+    op_record& r = cs->ops[idx].rec;
+    r.seq = d->coll.seqNumber;
+    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % opts_.proxy_sample == 0;  // same ops on every rank
+    r.alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
+    if constexpr (requires { d->coll.userTag; }) {
+      r.user_tag = d->coll.userTag;
+      if (d->coll.isSymColl) {
+        r.alg = algo::sym;
+        r.pro = proto::none;
+      }
+    }
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  template <class Descr>
+  result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
+    if (!opts_.enable_p2p) return abi::success;
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const func f = parse_func(d->p2p.func);
+    const std::uint32_t idx = begin_op(*cs, f, d->p2p.count, d->p2p.datatype, d->p2p.nChannels, false);
+    if (idx == no_op) return abi::success;
+    op_record& r = cs->ops[idx].rec;
+    r.peer = d->p2p.peer;
+    r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % opts_.proxy_sample == 0;
+    r.alg = algo::none;
+    r.pro = proto::none;
+    if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  template <class Descr>
+  result_t start_ce(void* context, void** handle, const Descr* d) noexcept {
+    comm_state* cs = comm_from_context(context);
+    if (!cs) return abi::success;
+    const std::uint32_t idx = begin_op(*cs, parse_func(d->ceColl.func), d->ceColl.count, d->ceColl.datatype, 0, true);
+    if (idx == no_op) return abi::success;
+    op_slot& s = cs->ops[idx];
+    s.rec.seq = d->ceColl.seqNumber;
+    s.rec.alg = algo::none;
+    s.rec.pro = proto::none;
+    if constexpr (requires { d->ceColl.userTag; }) s.rec.user_tag = d->ceColl.userTag;
+    s.cpu_lo.store(precise_ns(), std::memory_order_relaxed);
+    *handle = op_handle(*cs, idx);
+    return abi::success;
+  }
+
+  result_t start_channel(void** handle, void* parent, std::uint8_t channel, std::uint64_t gpu_start) noexcept {
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s) return abi::success;
+    if (gpu_start)
+      relaxed_min(s->gpu_lo, gpu_start);
+    else {
+      s->gpu_missing.store(true, std::memory_order_relaxed);
+      relaxed_min(s->cpu_lo, precise_ns());
+    }
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (!tr.entry_of[channel] && tr.t.n_channels < max_traced_channels) {
+        tr.entry_of[channel] = static_cast<std::uint8_t>(tr.t.n_channels + 1);
+        tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME), .gpu_start_ns = gpu_start, .start_sn = tr.next_sn(), .channel = channel};
+      }
+    }
+    *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
+    return abi::success;
+  }
+
+  result_t stop_channel(const decoded& k) noexcept {
+    comm_state* cs = nullptr;
+    op_slot* op = find_op(k, cs);
+    if (!op) return abi::success;
+    op_slot& s = *op;
+    if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
+    if (cs->traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs->traces[k.slot];
+      if (channel_trace* c = tr.channel(k.channel)) {
+        c->stop_sn = tr.next_sn();
+        c->stop_cpu_ns = clock_ns(CLOCK_REALTIME);
+      }
+    }
+    const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (stopped == s.expected_ch) {
+      complete(*cs, s, false);
+      drop_ref(*cs, k.slot, s);
+    }
+    return abi::success;
+  }
+
+  // ---- proxy accounting (proxy thread) ---------------------------------------------------------
+
+  /// ProxyOp of a sampled op of ours: a handle naming the (peer, direction) entry; NULL otherwise
+  /// (unsampled, PXN op of another process, proxy accounting off), so NCCL emits no steps for it.
+  result_t start_proxy_op(void** handle, void* parent, pid_t pid, int peer, bool send) noexcept {
+    if (pid != pid_) return abi::success;  // PXN: parent and context belong to another process
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::op) return abi::success;
+    comm_state* cs = nullptr;
+    op_slot* s = find_op(k, cs);
+    if (!s || !s->proxy_sampled || !cs->proxy) return abi::success;
+    const std::uint32_t e = cs->proxy->entry(peer, send);
+    if (e == proxy_table::none) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs->handle, drop_reason::table_full);
+      return abi::success;
+    }
+    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e, aux_proxy_op | (send ? aux_send : 0)));
+    return abi::success;
+  }
+
+  result_t start_step(void** handle, void* parent) noexcept {
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::group || (k.channel & aux_kind_mask) != aux_proxy_op) return abi::success;
+    comm_state* cs = live_comm(k.comm);
+    if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy || k.slot >= proxy_table::capacity) return abi::success;
+    const std::uint32_t idx = cs->step_free.alloc();
+    if (idx == detail::slot_bitmap::none) NCCLINSP_UNLIKELY {
+      col_->note_dropped(cs->handle, drop_reason::table_full);
+      return abi::success;
+    }
+    proxy_step_slot& st = cs->steps[idx];
+    st.entry = k.slot;
+    st.wait = no_wait;
+    st.since_ns = 0;
+    st.bytes = 0;
+    *handle = as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
+    return abi::success;
+  }
+
+  /// The step slot a decoded ProxyStep handle names, or nullptr (stale, stopped, foreign, garbage).
+  proxy_step_slot* find_step(const decoded& k, comm_state*& cs) const noexcept {
+    if (k.kind != handle_kind::group || (k.channel & aux_kind_mask) != aux_proxy_step) return nullptr;
+    cs = live_comm(k.comm);
+    if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
+    proxy_step_slot& st = cs->steps[k.slot];
+    return handle_gen(st.gen.load(std::memory_order_acquire)) == k.gen ? &st : nullptr;
+  }
+
+  /// A transition: the time since the previous one goes to the previous state.
+  result_t record_step(void* handle, proxy_wait w, const abi::state_args* args) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(decode(handle), cs);
+    if (!st) return abi::success;
+    const std::uint64_t now = precise_ns();
+    if (st->wait != no_wait && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    st->wait = static_cast<std::uint8_t>(w);
+    st->since_ns = now;
+    if (args) st->bytes = args->proxyStep.transSize;
+    return abi::success;
+  }
+
+  result_t stop_step(const decoded& k) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(k, cs);
+    if (!st) return abi::success;
+    const std::uint64_t now = precise_ns();
+    if (st->wait != no_wait && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    cs->proxy->add_step(st->entry, st->bytes);
+    // One proxy thread starts and stops a communicator's steps: a plain generation bump.
+    st->gen.store(st->gen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    cs->step_free.release(k.slot);
+    return abi::success;
+  }
+
+  /// Builds the record from the channel timestamps and hands it to the collector.
+  void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
+    op_record r = s.rec;
+    const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
+    if (!enqueue_only && !s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
+      r.timing = timing_source::kernel_gpu;
+      r.start_ns = glo;
+      r.end_ns = ghi;
+    } else if (!enqueue_only && s.cpu_lo.load(std::memory_order_relaxed)) {
+      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times
+      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
+      r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
+    } else {
+      r.timing = timing_source::collective_cpu;  // CE ops, ops without channels: enqueue span only
+      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
+      r.end_ns = precise_ns();
+      if (!r.start_ns) r.start_ns = r.end_ns;
+    }
+    s.started_at.store(0, std::memory_order_relaxed);
+    if (r.timing != timing_source::kernel_gpu && opts_.require_kernel_timing && !s.is_ce)
+      col_->note_filtered(cs.handle, filter_reason::no_gpu_timing);
+    else if (cs.traces) NCCLINSP_UNLIKELY {
+      traced_op& tr = cs.traces[cs.ops.index_of(s)];
+      tr.t.stop_sn = tr.stop_sn.load(std::memory_order_acquire);  // 0: the op's stop came later
+      tr.t.stop_cpu_ns = tr.stop_cpu_ns.load(std::memory_order_relaxed);
+      col_->record(cs.handle, r, &tr.t);
+    } else {
+      col_->record(cs.handle, r);
+    }
+  }
+
+  void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
+    // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
+    // decrement) means we hold the last reference: skip the locked RMW (the common case at
+    // completion, since Coll stop comes first). begin_op resets refs when the slot is reused.
+    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) cs.ops.release(idx);
+  }
+
+  options opts_;
+  std::unique_ptr<collector<>> col_;
+  std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};
+  pid_t pid_ = 0;                // ours: ProxyOps with another pid are PXN ops of another process
+  detail::reader_gate gate_;     // events inside a communicator's state (see plugin_state::finalize)
+};
+
+}  // namespace ncclinsp::plugin
