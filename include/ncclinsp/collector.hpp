@@ -42,6 +42,7 @@
 
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/bucketing.hpp"
+#include "ncclinsp/detail/clock.hpp"
 #include "ncclinsp/detail/doorbell.hpp"
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/detail/thread_slot.hpp"
@@ -415,16 +416,10 @@ class collector {
   const collector_options& options() const noexcept { return opts_; }
 
   /// CPU steady clock in ns (the clock inflight probes must use).
-  static std::uint64_t steady_ns() noexcept {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-  }
+  static std::uint64_t steady_ns() noexcept { return detail::steady_ns(); }
 
  private:
-  static std::uint64_t unix_ns() noexcept {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  }
+  static std::uint64_t unix_ns() noexcept { return detail::unix_ns(); }
   static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
 
   struct alignas(detail::cache_line) cell {  // cell_stats' fields as atomics (for_each_stat walks both)

@@ -22,8 +22,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,6 +31,8 @@
 
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detector.hpp"
+#include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detail/inflight_table.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/exporter.hpp"
@@ -86,10 +86,8 @@ struct inspector_options {
   /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
   static process_identity default_identity() {
     process_identity id;
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
-    id.node = id.hostname = host;
-    if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) id.slurm_job_id = j;
+    id.node = id.hostname = detail::host_name();
+    if (const char* j = process_env("SLURM_JOB_ID"); j && *j) id.slurm_job_id = j;
     id.pid = static_cast<long>(::getpid());
     return id;
   }
@@ -98,11 +96,12 @@ struct inspector_options {
   /// an inspector: the same sinks in the same directory (PromTextfileSink / JsonSink), or the OTLP
   /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
   /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
-  static inspector_options from_env(const log_fn& log = {}, const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
-    return from(options::from_env(log, get), log, get);
+  /// OTLP is opt-in: pass `otlp` = ncclinsp::make_otlp_http_sink (<ncclinsp/sinks/otlp_http_sink.hpp>);
+  /// without it NCCL_INSPECTOR_OTEL_EXPORT=1 is refused with a warning and nothing is exported.
+  static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
+    return from(options::from_env(log, get), log, get, otlp);
   }
-  static inspector_options from(const options& o, const log_fn& log = {},
-                                const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
+  static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
     inspector_options r;
     r.enabled = o.enable;
     r.interval = std::chrono::milliseconds(o.interval_ms());
@@ -118,7 +117,7 @@ struct inspector_options {
     r.log = log;
     if (!o.enable) return r;
     r.record_ring_capacity = record_ring_for(o);
-    r.sinks = sinks_from_options(o, log, get);
+    r.sinks = sinks_from_options(o, log, get, otlp);
     return r;
   }
 };

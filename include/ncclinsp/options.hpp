@@ -6,18 +6,15 @@
 /// logger and replaced by the default; nothing aborts. Thread-safety: from_env() is cold and
 /// reentrant; the struct is a value.
 
-#include <unistd.h>
-
 #include <cctype>
-#include <charconv>
 #include <cstdint>
-#include <cstdlib>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/log.hpp"
 
 namespace ncclinsp {
@@ -80,8 +77,8 @@ struct options {
     return false;
   }
 
-  using getenv_fn = std::function<const char*(const char*)>;
-  static options from_env(const log_fn& log = {}, const getenv_fn& get = [](const char* k) { return std::getenv(k); });
+  using getenv_fn = ncclinsp::getenv_fn;
+  static options from_env(const log_fn& log = {}, const getenv_fn& get = process_env);
 
   /// One line per setting, for the startup banner.
   std::string describe() const;
@@ -94,66 +91,6 @@ inline bool is_label_name(std::string_view s) {
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
   return s.substr(0, 2) != "__";
-}
-
-class env_reader {
- public:
-  env_reader(const log_fn& log, const options::getenv_fn& get) : log_(log), get_(get) {}
-  const char* raw(const char* k) const {
-    const char* v = get_(k);
-    return (v && *v) ? v : nullptr;
-  }
-  void warn(const char* k, const char* v, std::string_view want) const {
-    emit(log_, log_level::warn, std::string("ignoring ") + k + "=\"" + std::string(v).substr(0, 64) + "\": expected " + std::string(want) + "; using the default");
-  }
-  void boolean(const char* k, bool& out) const {
-    const char* v = raw(k);
-    if (!v) return;
-    std::string s(v);
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    long long n = 0;
-    if (s == "true" || s == "yes" || s == "on") out = true;
-    else if (s == "false" || s == "no" || s == "off") out = false;
-    else if (parse_int(s, n)) out = n != 0;
-    else warn(k, v, "0 or 1");
-  }
-  template <class I>
-  void integer(const char* k, I& out, long long lo, long long hi) const {
-    const char* v = raw(k);
-    if (!v) return;
-    long long n = 0;
-    if (parse_int(v, n) && n >= lo && n <= hi) out = static_cast<I>(n);
-    else warn(k, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  void string(const char* k, std::string& out) const {
-    if (const char* v = raw(k)) out = v;
-  }
-  static bool parse_int(std::string_view s, long long& n) {
-    int base = 10;
-    if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-      s.remove_prefix(2);
-      base = 16;
-    }
-    auto r = std::from_chars(s.data(), s.data() + s.size(), n, base);
-    return r.ec == std::errc() && r.ptr == s.data() + s.size();
-  }
-
- private:
-  const log_fn& log_;
-  const options::getenv_fn& get_;
-};
-
-/// "5s", "500ms", "2m" or plain microseconds -> microseconds; false if malformed.
-inline bool parse_duration_us(std::string_view s, std::int64_t& us) {
-  std::size_t i = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-  long long n = 0;
-  if (i == 0 || !env_reader::parse_int(s.substr(0, i), n)) return false;
-  const std::string_view unit = s.substr(i);
-  long long mul = unit.empty() || unit == "us" ? 1 : unit == "ms" ? 1000 : unit == "s" ? 1000000 : unit == "m" ? 60000000 : 0;
-  if (!mul || n > INT64_MAX / mul) return false;
-  us = n * mul;
-  return true;
 }
 
 }  // namespace detail
@@ -173,7 +110,7 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   }
   if (const char* j = e.raw("SLURM_JOBID")) {
     long long n = 0;
-    o.dump_dir = detail::env_reader::parse_int(j, n) ? "nccl-inspector-" + std::to_string(n) : "nccl-inspector-unknown-jobid";
+    o.dump_dir = detail::parse_int(j, n) ? "nccl-inspector-" + std::to_string(n) : "nccl-inspector-unknown-jobid";
   } else {
     o.dump_dir = "nccl-inspector-unknown-jobid";
   }
@@ -198,32 +135,23 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   if (const char* v = e.raw("NCCLINSP_SINKS")) {
     std::vector<std::string> s;
     bool ok = true;
-    std::string_view rest(v);
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
+    detail::for_each_item(v, ',', [&](std::string_view item) {
       if (item == "prom" || item == "json" || item == "trace") s.emplace_back(item);
       else if (!item.empty()) ok = false;
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
+    });
     if (ok && !s.empty()) o.sinks = std::move(s);
     else e.warn("NCCLINSP_SINKS", v, "a list of prom, json, trace");
   }
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
-  o.node_name = host;
+  o.node_name = detail::host_name();
   e.string("NCCLINSP_NODE_NAME", o.node_name);
   e.string("SLURM_JOB_ID", o.slurm_job_id);
   if (const char* v = e.raw("NCCLINSP_LABELS")) {
     std::vector<std::pair<std::string, std::string>> kv;
     bool ok = true;
-    std::string_view rest(v);
     static constexpr std::string_view reserved[] = {"version", "slurm_job_id", "node", "gpu", "uuid", "comm_name", "comm_hash", "rank",
                                                     "nranks", "n_nodes", "collective", "p2p_operation", "message_size", "algo_proto",
                                                     "le", "reason", "user_tag", "abi", "final", "job", "instance"};
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
+    detail::for_each_item(v, ',', [&](std::string_view item) {
       const auto eq = item.find('=');
       if (eq == std::string_view::npos || !detail::is_label_name(item.substr(0, eq))) {
         ok = false;
@@ -232,8 +160,7 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
           if (item.substr(0, eq) == r) ok = false;
         kv.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
       }
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
+    });
     if (ok) o.labels = std::move(kv);
     else e.warn("NCCLINSP_LABELS", v, "name=value pairs separated by commas, names [a-zA-Z_][a-zA-Z0-9_]* and not one of ours");
   }
@@ -261,14 +188,10 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   if (const char* v = e.raw("NCCLINSP_DROP_LABELS")) {
     std::vector<std::string> d;
     bool ok = true;
-    std::string_view rest(v);
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
+    detail::for_each_item(v, ',', [&](std::string_view item) {
       if (item == "rank" || item == "comm_hash" || item == "uuid" || item == "algo_proto") d.emplace_back(item);
       else if (!item.empty()) ok = false;
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
+    });
     if (ok) o.drop_labels = std::move(d);
     else e.warn("NCCLINSP_DROP_LABELS", v, "a list of rank, comm_hash, uuid, algo_proto");
   }

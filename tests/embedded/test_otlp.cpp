@@ -23,7 +23,7 @@ using mini_json::value;
 namespace {
 
 snapshot sample_snapshot(std::uint64_t& start_ns) {
-  start_ns = detail::now_unix_ns();
+  start_ns = detail::unix_ns();
   collector<> col({.identity = {.node = "n1", .slurm_job_id = "42", .abi = "embedded", .labels = {{"cluster", "a"}}}});
   const auto h = col.add_comm({.name = "tp \"x\"", .hash = 0xabc, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = "GPU-3"});
   for (int i = 0; i < 3; ++i) {
@@ -316,7 +316,7 @@ TEST_CASE("OTLP through the inspector configured from the plugin's environment",
                 {"NCCLINSP_NODE_NAME", "nodeE"},
                 {"SLURM_JOB_ID", "9"}};
   std::vector<std::string> warnings;
-  auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv);
+  auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv, make_otlp_http_sink);
   REQUIRE(o.sinks.size() == 1);
   CHECK(o.sinks[0].name() == "otlp-http");
   CHECK(!warnings.empty());  // OTLP takes precedence over PROM_DUMP, said once
@@ -332,4 +332,13 @@ TEST_CASE("OTLP through the inspector configured from the plugin's environment",
   CHECK(body.find("\"nodeE\"") != std::string::npos);
   CHECK(body.find("\"AllGather\"") != std::string::npos);
   CHECK_NOTHROW(mini_json::parse(body));
+}
+
+TEST_CASE("OTLP is opt-in: without the sink's factory NCCL_INSPECTOR_OTEL_EXPORT=1 exports nothing and says why", "[otlp]") {
+  getenv_map = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCL_INSPECTOR_OTEL_EXPORT", "1"}};
+  std::vector<std::string> warnings;
+  auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv);
+  CHECK(o.sinks.empty());
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("make_otlp_http_sink") != std::string::npos);
 }

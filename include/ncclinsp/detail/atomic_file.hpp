@@ -49,18 +49,22 @@ inline int make_dirs(const std::string& dir, bool readable_by_all = false) {
   return 0;
 }
 
-/// Writes all of `data`; returns 0 or an errno value. SIGXFSZ (RLIMIT_FSIZE) is reported as EFBIG.
-inline int write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
+/// Writes all of `data`; returns 0 or an errno value, and in `*written` (when given) the bytes that
+/// reached the file. SIGXFSZ (RLIMIT_FSIZE) is reported as EFBIG.
+inline int write_all(int fd, std::string_view data, std::size_t* written = nullptr) {
+  std::size_t done = 0;
+  int err = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
     }
-    if (n == 0) return EIO;
-    data.remove_prefix(static_cast<std::size_t>(n));
+    done += static_cast<std::size_t>(n);
   }
-  return 0;
+  if (written) *written = done;
+  return err;
 }
 
 /// Opens `path` for writing (`flags` | O_WRONLY | O_CREAT, mode 0644 less the umask) without

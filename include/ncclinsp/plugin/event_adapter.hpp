@@ -28,6 +28,7 @@
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/clock.hpp"
 #include "ncclinsp/detail/reader_gate.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/options.hpp"
@@ -38,18 +39,10 @@ namespace ncclinsp::plugin {
 
 using abi::result_t;
 
-/// CLOCK_MONOTONIC_COARSE in ns: a vDSO read (~ns), same epoch as steady_clock; used for in-flight ages.
-inline std::uint64_t coarse_ns() noexcept {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-inline std::uint64_t clock_ns(clockid_t id) noexcept {
-  timespec ts;
-  ::clock_gettime(id, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-inline std::uint64_t precise_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
+// Clocks (detail/clock.hpp): coarse_ns for in-flight ages, precise_ns (CLOCK_MONOTONIC) for CPU spans.
+using detail::clock_ns;
+using detail::coarse_ns;
+inline std::uint64_t precise_ns() noexcept { return detail::steady_ns(); }
 
 /// The callbacks' state: what the events read (options, collector, communicator table, reader
 /// gate). plugin_state (plugin_state.hpp) derives from it and fills it at init.

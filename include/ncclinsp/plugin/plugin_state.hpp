@@ -25,6 +25,7 @@
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/options.hpp"
@@ -33,6 +34,7 @@
 #include "ncclinsp/plugin/event_adapter.hpp"
 #include "ncclinsp/plugin/handle.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
+#include "ncclinsp/sinks/otlp_http_sink.hpp"
 #include "ncclinsp/version.hpp"
 
 namespace ncclinsp::plugin {
@@ -158,9 +160,7 @@ class plugin_state : public event_adapter {
     co.user_tag_label = opts_.user_tag_label;
     co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
     co.proxy_accounting = opts_.proxy;
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-    co.identity = {.node = opts_.node_name, .hostname = host[0] ? host : "unknown", .slurm_job_id = opts_.slurm_job_id,
+    co.identity = {.node = opts_.node_name, .hostname = detail::host_name(), .slurm_job_id = opts_.slurm_job_id,
                    .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
     col_ = std::make_unique<collector<>>(std::move(co));
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
@@ -176,7 +176,7 @@ class plugin_state : public event_adapter {
 
   void start_exporter() {
     auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
-    std::vector<any_sink> sinks = sinks_from_options(opts_, lg);
+    std::vector<any_sink> sinks = sinks_from_options(opts_, lg, process_env, make_otlp_http_sink);
     // The detector runs on the exporter thread; its state changes go to NCCL's log (WARN when a
     // communicator degrades, so they show without NCCL_DEBUG=INFO).
     auto prepare = [this](snapshot& s) {

@@ -3,16 +3,17 @@
 /// plugin and the embedded inspector so both write the same files: the OTLP sink alone when
 /// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
 /// PromTextfileSink and/or JsonSink in the dump directory; TraceSink on request. Cold path.
+/// The OTLP sink is opt-in (it brings sockets): the caller passes its factory,
+/// make_otlp_http_sink from sinks/otlp_http_sink.hpp; without it OTLP export is refused with a warning.
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
+#include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
-#include "ncclinsp/sinks/otlp_http_sink.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
 #include "ncclinsp/sinks/trace_sink.hpp"
 
@@ -56,12 +57,19 @@ inline format::cardinality cardinality_from_options(const options& o) {
   return c;
 }
 
-inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
-                                                const options::getenv_fn& get = [](const char* k) { return std::getenv(k); }) {
+/// Builds the OTLP sink from the environment: make_otlp_http_sink (sinks/otlp_http_sink.hpp).
+using otlp_sink_factory = any_sink (*)(const log_fn&, const getenv_fn&);
+
+inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
+                                                otlp_sink_factory otlp = nullptr) {
   std::vector<any_sink> sinks;
   if (o.otel) {
     if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
-    sinks.emplace_back(OtlpHttpSink(otlp_http_options::from_env(log, get)));
+    if (otlp)
+      sinks.emplace_back(otlp(log, get));
+    else
+      emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 but this program was built without the OTLP sink "
+                                 "(include <ncclinsp/sinks/otlp_http_sink.hpp> and pass ncclinsp::make_otlp_http_sink): nothing is exported");
     return sinks;
   }
   if (o.has_sink("prom"))

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "ncclinsp/detail/atomic_file.hpp"
+#include "ncclinsp/detail/failure_log.hpp"
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/format/inspector_json.hpp"
 #include "ncclinsp/log.hpp"
 #include "ncclinsp/sink.hpp"
@@ -101,9 +103,7 @@ class json_sink {
   std::uint64_t failed_exports() const noexcept { return failed_exports_; }
   std::string path() const {
     if (!o_.file_name.empty()) return o_.dir + "/" + o_.file_name;
-    char host[256] = "unknown";
-    ::gethostname(host, sizeof host - 1);
-    return o_.dir + "/" + host + "-pid" + std::to_string(::getpid()) + ".log";
+    return o_.dir + "/" + detail::host_name() + "-pid" + std::to_string(::getpid()) + ".log";
   }
 
  private:
@@ -130,15 +130,7 @@ class json_sink {
       } else {
         // Write whole lines only: on a short write keep the remainder pending.
         std::size_t done = 0;
-        while (done < pending_.size()) {
-          const ssize_t n = ::write(fd, pending_.data() + done, pending_.size() - done);
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) {
-            err = n < 0 ? errno : EIO;
-            break;
-          }
-          done += static_cast<std::size_t>(n);
-        }
+        err = detail::write_all(fd, pending_, &done);
         if (err && done) {  // cut a torn line: truncate back to the last complete line we wrote
           const std::size_t keep = pending_.rfind('\n', done - 1) == std::string::npos ? 0 : pending_.rfind('\n', done - 1) + 1;
           struct stat st {};
@@ -154,16 +146,14 @@ class json_sink {
       }
     }
     if (!err) {
-      if (last_err_) emit(o_.log, log_level::info, "json sink: writing " + p + " again");
-      last_err_ = 0;
+      if (errors_.succeeded()) emit(o_.log, log_level::info, "json sink: writing " + p + " again");
       // Only the drops already reported in the lines just written: those of a rotation in this
       // flush (the discarded .1) go into the next export's dump_stats.
       dropped_by_sink_ -= std::min(dropped_by_sink_, reported_by_sink_);
       reported_by_sink_ = 0;
       return export_result::success;
     }
-    if (err != last_err_) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + detail::describe_error(err) + " (records kept in memory, retrying)");
-    last_err_ = err;
+    if (errors_.failed(err)) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + detail::describe_error(err) + " (records kept in memory, retrying)");
     if (pending_.size() > o_.max_pending_bytes) {  // bounded memory: drop the oldest lines, counted
       const std::size_t cut = pending_.find('\n', pending_.size() - o_.max_pending_bytes);
       std::uint64_t lines = 0;
@@ -205,7 +195,7 @@ class json_sink {
   std::string pending_;
   std::uint64_t pending_lines_ = 0, file_lines_ = 0, rotated_lines_ = 0;
   std::uint64_t dropped_by_sink_ = 0, dropped_total_ = 0, reported_by_sink_ = 0, failed_exports_ = 0;
-  int last_err_ = 0;
+  detail::failure_log errors_;
   std::map<std::uint64_t, std::uint64_t> last_drops_;
 };
 

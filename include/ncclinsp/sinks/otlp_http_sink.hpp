@@ -17,22 +17,14 @@
 /// OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT (ms, default 2000); OTEL_EXPORTER_OTLP_[METRICS_]HEADERS
 /// (k=v,... percent-decoded); OTEL_SERVICE_NAME (default "nccl-inspector"); OTEL_RESOURCE_ATTRIBUTES;
 /// SLURM_JOB_ID (resource attribute slurm.job.id).
-
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+///
+/// Opt-in: this header brings the socket client (detail/http_client.hpp), so nothing includes it
+/// for you. sinks_from_options() / inspector_options::from_env() build this sink for
+/// NCCL_INSPECTOR_OTEL_EXPORT=1 when given make_otlp_http_sink (below); the plugin passes it.
 
 #include <atomic>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,9 +32,12 @@
 #include <utility>
 #include <vector>
 
+#include "ncclinsp/detail/clock.hpp"
+#include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/detail/failure_log.hpp"
+#include "ncclinsp/detail/http_client.hpp"
 #include "ncclinsp/format/otlp_json.hpp"
 #include "ncclinsp/log.hpp"
-#include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
 
 namespace ncclinsp {
@@ -64,7 +59,7 @@ struct otlp_http_options {
   std::uint64_t start_time_unix_ns = 0;
   log_fn log{};
 
-  static otlp_http_options from_env(const log_fn& log = {}, const options::getenv_fn& get = [](const char* k) { return std::getenv(k); });
+  static otlp_http_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env);
 };
 
 /// Counters of an OTLP sink, shared with its copies (the exporter owns the sink; keep stats()).
@@ -77,61 +72,6 @@ struct otlp_http_stats {
 };
 
 namespace detail {
-
-struct http_url {
-  std::string host, port = "80", path = "/";
-  std::string error;  ///< non-empty when the URL is unusable
-};
-
-/// Parses http://host[:port][/path], host may be [IPv6]. https and anything else set `error`.
-inline http_url parse_http_url(std::string_view u) {
-  http_url r;
-  const auto scheme_end = u.find("://");
-  if (scheme_end == std::string_view::npos) {
-    r.error = "not a URL (expected http://host:port/path)";
-    return r;
-  }
-  std::string scheme(u.substr(0, scheme_end));
-  for (auto& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (scheme == "https") {
-    r.error = "https:// is not supported (this exporter has no TLS); use an http:// endpoint such as a local OpenTelemetry Collector";
-    return r;
-  }
-  if (scheme != "http") {
-    r.error = "unsupported scheme \"" + scheme + "\" (only http://)";
-    return r;
-  }
-  std::string_view rest = u.substr(scheme_end + 3);
-  const auto slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  if (slash != std::string_view::npos) r.path = std::string(rest.substr(slash));
-  if (const auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
-  if (!authority.empty() && authority[0] == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) {
-      r.error = "unterminated IPv6 address";
-      return r;
-    }
-    r.host = std::string(authority.substr(1, close - 1));
-    authority.remove_prefix(close + 1);
-    if (!authority.empty()) {
-      if (authority[0] != ':') {
-        r.error = "junk after the IPv6 address";
-        return r;
-      }
-      r.port = std::string(authority.substr(1));
-    }
-  } else {
-    const auto colon = authority.find(':');
-    r.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) r.port = std::string(authority.substr(colon + 1));
-  }
-  long long p = 0;
-  if (r.host.empty()) r.error = "no host";
-  else if (!env_reader::parse_int(r.port, p) || p < 1 || p > 65535) r.error = "bad port \"" + r.port + "\"";
-  if (r.path.empty()) r.path = "/";
-  return r;
-}
 
 /// %XX -> byte (W3C baggage encoding the OTel spec uses for headers and resource attributes).
 inline std::string percent_decode(std::string_view s) {
@@ -157,148 +97,27 @@ inline std::string_view trim(std::string_view s) {
 /// "k1=v1,k2=v2" -> pairs, trimmed and percent-decoded; malformed items are reported in `bad`.
 inline std::vector<std::pair<std::string, std::string>> parse_kv_list(std::string_view s, std::string& bad) {
   std::vector<std::pair<std::string, std::string>> out;
-  while (!s.empty()) {
-    const auto comma = s.find(',');
-    const std::string_view item = trim(s.substr(0, comma));
-    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
-    if (item.empty()) continue;
+  for_each_item(s, ',', [&](std::string_view raw) {
+    const std::string_view item = trim(raw);
+    if (item.empty()) return;
     const auto eq = item.find('=');
     const std::string k = eq == std::string_view::npos ? std::string() : percent_decode(trim(item.substr(0, eq)));
     if (k.empty()) {
       bad += (bad.empty() ? "" : ", ") + std::string(item.substr(0, 32));
-      continue;
+      return;
     }
     out.emplace_back(k, percent_decode(trim(item.substr(eq + 1))));
-  }
+  });
   return out;
-}
-
-inline std::uint64_t now_unix_ns() noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-}
-
-struct http_result {
-  int status = 0;     ///< HTTP status; 0 on a transport error
-  std::string error;  ///< transport error text
-};
-
-/// One POST, all steps bounded by `deadline` (except getaddrinfo). Cold path.
-inline http_result http_post(const http_url& url, const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
-                             std::chrono::steady_clock::time_point deadline) {
-  using clk = std::chrono::steady_clock;
-  http_result res;
-  auto remaining_ms = [&] {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clk::now()).count();
-    return ms > 0 ? static_cast<int>(ms < 1000000 ? ms : 1000000) : 0;
-  };
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* ai = nullptr;
-  if (const int rc = ::getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &ai); rc != 0) {
-    res.error = "cannot resolve " + url.host + ": " + ::gai_strerror(rc);
-    return res;
-  }
-  int fd = -1;
-  for (addrinfo* p = ai; p && fd < 0; p = p->ai_next) {
-    fd = ::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, p->ai_protocol);
-    if (fd < 0) continue;
-    if (::connect(fd, p->ai_addr, p->ai_addrlen) != 0) {
-      int err = errno;
-      if (err == EINPROGRESS) {
-        pollfd pfd{fd, POLLOUT, 0};
-        const int n = ::poll(&pfd, 1, remaining_ms());
-        socklen_t len = sizeof err;
-        if (n <= 0) err = n == 0 ? ETIMEDOUT : errno;
-        else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      }
-      if (err != 0 && err != EINPROGRESS) {
-        res.error = "connect to " + url.host + ":" + url.port + ": " + std::strerror(err);
-        ::close(fd);
-        fd = -1;
-      }
-    }
-  }
-  ::freeaddrinfo(ai);
-  if (fd < 0) {
-    if (res.error.empty()) res.error = "cannot connect to " + url.host + ":" + url.port;
-    return res;
-  }
-  std::string req = "POST " + url.path + " HTTP/1.1\r\nHost: ";
-  req += url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
-  if (url.port != "80") req += ":" + url.port;
-  req += "\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: ncclinsp/" NCCLINSP_VERSION_STRING
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
-  req += "\r\n";
-  req += body;
-  std::size_t off = 0;
-  while (off < req.size()) {
-    pollfd pfd{fd, POLLOUT, 0};
-    const int n = ::poll(&pfd, 1, remaining_ms());
-    if (n <= 0) {
-      res.error = n == 0 ? "send timed out" : std::string("poll: ") + std::strerror(errno);
-      ::close(fd);
-      return res;
-    }
-    const ssize_t w = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-      res.error = std::string("send: ") + std::strerror(errno);
-      ::close(fd);
-      return res;
-    }
-    off += static_cast<std::size_t>(w);
-  }
-  // Response: status line and headers, then Content-Length bytes of body (or up to EOF), max 64 KiB.
-  std::string resp;
-  std::size_t header_end = std::string::npos, want = std::string::npos;
-  char buf[4096];
-  while (resp.size() < 65536) {
-    if (header_end != std::string::npos && want != std::string::npos && resp.size() >= header_end + want) break;
-    pollfd pfd{fd, POLLIN, 0};
-    const int n = ::poll(&pfd, 1, remaining_ms());
-    if (n <= 0) {
-      if (header_end != std::string::npos) break;  // status known; the body does not matter
-      res.error = n == 0 ? "no response before the timeout" : std::string("poll: ") + std::strerror(errno);
-      ::close(fd);
-      return res;
-    }
-    const ssize_t r = ::recv(fd, buf, sizeof buf, 0);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (r <= 0) break;
-    resp.append(buf, static_cast<std::size_t>(r));
-    if (header_end == std::string::npos && (header_end = resp.find("\r\n\r\n")) != std::string::npos) {
-      header_end += 4;
-      std::string lower = resp.substr(0, header_end);
-      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (const auto cl = lower.find("\r\ncontent-length:"); cl != std::string::npos)
-        want = std::strtoull(lower.c_str() + cl + 17, nullptr, 10);
-    }
-  }
-  ::close(fd);
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.size() < 12) {
-    res.error = "malformed HTTP response";
-    return res;
-  }
-  res.status = std::atoi(resp.c_str() + 9);
-  if (res.status < 100 || res.status > 599) {
-    res.error = "malformed HTTP status";
-    res.status = 0;
-  }
-  return res;
 }
 
 }  // namespace detail
 
-inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const options::getenv_fn& get) {
+inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const getenv_fn& get) {
   otlp_http_options o;
   o.log = log;
-  auto raw = [&](const char* k) -> const char* {
-    const char* v = get(k);
-    return v && *v ? v : nullptr;
-  };
+  const detail::env_reader env(log, get);
+  auto raw = [&](const char* k) { return env.raw(k); };
   auto warn = [&](const std::string& m) { emit(log, log_level::warn, m); };
   if (const char* v = raw("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")) {
     o.endpoint = v;  // signal-specific: used as is (OTel spec)
@@ -310,7 +129,7 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const op
   for (const char* k : {"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}) {
     if (const char* v = raw(k)) {
       long long ms = 0;
-      if (detail::env_reader::parse_int(v, ms) && ms > 0 && ms <= 600000) o.timeout = std::chrono::milliseconds(ms);
+      if (detail::parse_int(v, ms) && ms > 0 && ms <= 600000) o.timeout = std::chrono::milliseconds(ms);
       else warn(std::string("ignoring ") + k + "=\"" + std::string(v).substr(0, 32) + "\": expected milliseconds in [1, 600000]; using " +
                 std::to_string(o.timeout.count()));
       break;
@@ -320,8 +139,7 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const op
     if (const char* v = raw(k)) {
       std::string bad;
       for (auto& [hk, hv] : detail::parse_kv_list(v, bad)) {
-        std::string lower = hk;
-        for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        const std::string lower = detail::ascii_lower(hk);
         const bool ctl = (hk + hv).find_first_of(std::string("\r\n\0", 3)) != std::string::npos;
         if (ctl || lower == "host" || lower == "content-type" || lower == "content-length" || lower == "connection" || lower == "transfer-encoding")
           bad += (bad.empty() ? "" : ", ") + hk.substr(0, 32);
@@ -357,7 +175,7 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const op
 class otlp_http_sink {
  public:
   explicit otlp_http_sink(otlp_http_options o) : o_(std::move(o)), url_(detail::parse_http_url(o_.endpoint)), stats_(std::make_shared<otlp_http_stats>()) {
-    if (!o_.start_time_unix_ns) o_.start_time_unix_ns = detail::now_unix_ns();
+    if (!o_.start_time_unix_ns) o_.start_time_unix_ns = detail::unix_ns();
     if (!url_.error.empty())
       emit(o_.log, log_level::warn, "OTLP export disabled: endpoint \"" + o_.endpoint + "\": " + url_.error);
   }
@@ -385,10 +203,7 @@ class otlp_http_sink {
         stats_->last_status.store(r.status, std::memory_order_relaxed);
         if (r.status >= 200 && r.status < 300) {
           stats_->exports_ok.fetch_add(1, std::memory_order_relaxed);
-          if (failing_) {
-            emit(o_.log, log_level::info, "OTLP export to " + o_.endpoint + " works again");
-            failing_ = false;
-          }
+          if (errors_.succeeded()) emit(o_.log, log_level::info, "OTLP export to " + o_.endpoint + " works again");
           return export_result::success;
         }
         const bool retryable = r.status == 0 || r.status == 429 || r.status >= 500;
@@ -408,11 +223,7 @@ class otlp_http_sink {
  private:
   void fail(const std::string& why) noexcept {
     const auto n = stats_->exports_failed.fetch_add(1, std::memory_order_relaxed) + 1;
-    failing_ = true;
-    const auto now = std::chrono::steady_clock::now();
-    if (logged_once_ && now - last_log_ < std::chrono::minutes(1)) return;  // rate limit: one line a minute
-    logged_once_ = true;
-    last_log_ = now;
+    if (!errors_.failed(1)) return;  // rate limit: one line a minute
     try {
       emit(o_.log, log_level::warn, "OTLP export to " + o_.endpoint + " failed: " + why + " (" + std::to_string(n) +
                                         " failed export(s) so far; cumulative values go out with the next success)");
@@ -423,10 +234,14 @@ class otlp_http_sink {
   otlp_http_options o_;
   detail::http_url url_;
   std::shared_ptr<otlp_http_stats> stats_;
-  bool failing_ = false, logged_once_ = false;
-  std::chrono::steady_clock::time_point last_log_{};
+  detail::failure_log errors_{std::chrono::minutes(1), std::chrono::minutes(1)};
 };
 
 using OtlpHttpSink = otlp_http_sink;
+
+/// The OTLP sink configured from the environment (otlp_http_options::from_env), as
+/// sinks_from_options() and inspector_options::from_env() take it: pass it where
+/// NCCL_INSPECTOR_OTEL_EXPORT=1 should export over OTLP/HTTP (the plugin does). Cold path.
+inline any_sink make_otlp_http_sink(const log_fn& log, const getenv_fn& get) { return any_sink(otlp_http_sink(otlp_http_options::from_env(log, get))); }
 
 }  // namespace ncclinsp

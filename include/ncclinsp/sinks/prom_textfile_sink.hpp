@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ncclinsp/detail/atomic_file.hpp"
+#include "ncclinsp/detail/failure_log.hpp"
 #include "ncclinsp/detail/file_claim.hpp"
 #include "ncclinsp/format/prometheus_text.hpp"
 #include "ncclinsp/log.hpp"
@@ -58,13 +59,11 @@ class basic_prom_textfile_sink {
         const int err = detail::write_file_atomic(o_.dir, name, text);
         if (err) {
           res = export_result::failure;
-          if (err != last_err_)
+          if (errors_.failed(err))
             emit(o_.log, log_level::warn, "cannot write " + o_.dir + "/" + name + ": " + detail::describe_error(err) +
                                               " (metrics kept in memory, retrying at the next export)");
-          last_err_ = err;
         } else {
-          if (last_err_) emit(o_.log, log_level::info, "writing " + o_.dir + " again");
-          last_err_ = 0;
+          if (errors_.succeeded()) emit(o_.log, log_level::info, "writing " + o_.dir + " again");
           written_.insert(name);
         }
       }
@@ -97,7 +96,7 @@ class basic_prom_textfile_sink {
   }
 
   prom_textfile_options o_;
-  int last_err_ = 0;
+  detail::failure_log errors_;
   std::uint64_t failed_exports_ = 0;
   std::set<std::string> written_;
   std::set<std::string> warned_shared_;
