@@ -192,3 +192,107 @@ TEST_CASE("catalogue: one series per label set even when cells differ in timing 
   REQUIRE(seen["nccl_collective_exec_time_microseconds"].size() == 2);
   CHECK(seen["nccl_collective_exec_time_microseconds"][0] == Approx(100.0));
 }
+
+TEST_CASE("catalogue: OTLP honours the cardinality controls the Prometheus files honour", "[catalogue][parity][cardinality]") {
+  const snapshot snap = fixture::make_snapshot();
+  for (const auto hist : {format::histogram_mode::coarse, format::histogram_mode::off}) {
+    INFO("histogram mode " << static_cast<int>(hist));
+    const format::cardinality card{.rank = false, .comm_hash = false, .uuid = false, .algo_proto = false, .size_bucket_bits = 4,
+                                   .histogram = hist};
+    series_values prom, otlp;
+    std::map<std::string, std::string> prom_help;
+    std::map<std::string, std::pair<std::string, std::string>> otlp_meta;
+    std::map<label_list, std::vector<std::uint64_t>> prom_buckets;  // op duration: cumulative counts per label set
+    std::vector<std::string> prom_le;
+    for (const auto& uuid : format::gpu_uuids(snap)) {
+      std::string text;
+      format::write_prometheus(text, snap, uuid, /*compat_gauges=*/false, card);
+      parse_prometheus(text, prom, prom_help);
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind("ncclinsp_op_duration_seconds_bucket{", 0) != 0) continue;
+        const auto le = line.find(",le=\"");
+        series_values one;
+        std::map<std::string, std::string> h;
+        parse_prometheus("x" + line.substr(line.find('{'), le - line.find('{')) + "} 0\n", one, h);
+        const label_list labels = one.begin()->first.second;
+        const std::string bound = line.substr(le + 5, line.find('"', le + 5) - le - 5);
+        auto& counts = prom_buckets[labels];
+        if (prom_buckets.size() == 1) prom_le.push_back(bound);  // the bounds, from the first label set
+        counts.push_back(std::stoull(line.substr(line.rfind(' ') + 1)));
+      }
+    }
+    format::otlp_json_options oo;
+    oo.compat_gauges = false;
+    oo.card = card;
+    const std::string body = format::write_otlp_json(snap, oo);
+    parse_otlp(body, otlp, otlp_meta);
+
+    // The same series with the same values: no rank/comm_hash/uuid/algo_proto on op and
+    // communicator series, coarser message_size, no Inspector gauges.
+    REQUIRE(!prom.empty());
+    std::map<std::pair<std::string, label_list>, double> prom_by_otlp_name;
+    for (const auto& f : format::catalogue)
+      for (const auto& [key, v] : prom)
+        if (key.first == f.name) prom_by_otlp_name[{std::string(f.otlp_name()), key.second}] = v;
+    CHECK(prom_by_otlp_name.size() == prom.size());
+    CHECK(otlp.size() == prom.size());
+    for (const auto& [key, v] : prom_by_otlp_name) {
+      INFO(key.first << "{" << show(key.second) << "}");
+      const auto o = otlp.find(key);
+      REQUIRE(o != otlp.end());
+      CHECK(same(o->second, v));
+    }
+    std::set<std::string> op_sizes;
+    for (const auto& [key, v] : otlp) {
+      for (const auto& [k, val] : key.second) {
+        if (key.first.rfind("ncclinsp_op", 0) == 0 || key.first.rfind("ncclinsp_comm", 0) == 0) {
+          INFO(key.first << "{" << show(key.second) << "}");
+          CHECK(k != "rank");
+          CHECK(k != "comm_hash");
+          CHECK(k != "algo_proto");
+          CHECK(k != "uuid");
+        }
+        if (k == "message_size" && key.first.rfind("ncclinsp_op", 0) == 0) op_sizes.insert(val);
+      }
+      CHECK(key.first.rfind("nccl_", 0) != 0);  // compat gauges off
+    }
+    CHECK(!op_sizes.empty());
+    for (const auto& s : op_sizes) CHECK((s == "invalid" || s == "0B" || s.find("KiB-") != std::string::npos || s.find("B-") != std::string::npos));
+
+    // The histogram: off in both, or the same 7 buckets (bounds and cumulative counts).
+    const mini_json::value req = mini_json::parse(body);
+    const mini_json::value* hist = nullptr;
+    for (const auto& m : req["resourceMetrics"][0]["scopeMetrics"][0]["metrics"].items)
+      if (m["name"].text == "ncclinsp_op_duration_seconds") hist = &m;
+    if (card.histogram == format::histogram_mode::off) {
+      CHECK(hist == nullptr);
+      CHECK(prom_buckets.empty());
+      CHECK(!prom_help.count("ncclinsp_op_duration_seconds"));
+      continue;
+    }
+    REQUIRE(hist != nullptr);
+    REQUIRE(prom_le.size() == 7);
+    std::size_t points = 0;
+    for (const auto& p : (*hist)["histogram"]["dataPoints"].items) {
+      ++points;
+      label_list labels;
+      for (const auto& a : p["attributes"].items) labels.emplace_back(a["key"].text, a["value"]["stringValue"].text);
+      INFO(show(labels));
+      const auto& bounds = p["explicitBounds"].items;
+      const auto& counts = p["bucketCounts"].items;
+      REQUIRE(bounds.size() == 6);
+      REQUIRE(counts.size() == 7);
+      for (std::size_t i = 0; i < 6; ++i) CHECK(same(std::stod(bounds[i].text), std::stod(prom_le[i])));
+      const auto pb = prom_buckets.find(labels);
+      REQUIRE(pb != prom_buckets.end());
+      std::uint64_t cum = 0;
+      for (std::size_t i = 0; i < 7; ++i) {
+        cum += std::stoull(counts[i].text);
+        CHECK(cum == pb->second[i]);
+      }
+      CHECK(cum == std::stoull(p["count"].text));
+    }
+    CHECK(points == prom_buckets.size());
+  }
+}

@@ -342,3 +342,27 @@ TEST_CASE("OTLP is opt-in: without the sink's factory NCCL_INSPECTOR_OTEL_EXPORT
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("make_otlp_http_sink") != std::string::npos);
 }
+
+TEST_CASE("OTLP from the environment honours the cardinality variables of the .prom files", "[otlp][http][cardinality]") {
+  test_http::listener srv;
+  getenv_map = {{"NCCL_INSPECTOR_ENABLE", "1"},
+                {"NCCL_INSPECTOR_OTEL_EXPORT", "1"},
+                {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:" + std::to_string(srv.port())},
+                {"NCCLINSP_DROP_LABELS", "rank,comm_hash"},
+                {"NCCLINSP_HISTOGRAM", "off"},
+                {"NCCLINSP_COMPAT_GAUGES", "0"}};
+  {
+    inspector insp(inspector_options::from_env({}, fake_getenv, make_otlp_http_sink));
+    const auto h = insp.add_comm({.name = "dp", .hash = 7, .rank = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
+    insp.record(h, make_op(func::all_gather, 1 << 20, dtype::bfloat16, 0, 40'000));
+  }
+  REQUIRE(srv.wait_for(1));
+  const std::string body = srv.requests().back().body;
+  CHECK(body.find("\"ncclinsp_ops\"") != std::string::npos);  // the op counter is there,
+  CHECK(body.find("{\"key\":\"comm_name\"") != std::string::npos);
+  CHECK(body.find("{\"key\":\"rank\"") == std::string::npos);  // without the dropped labels,
+  CHECK(body.find("{\"key\":\"comm_hash\"") == std::string::npos);
+  CHECK(body.find("ncclinsp_op_duration_seconds") == std::string::npos);  // the histogram
+  CHECK(body.find("nccl_bus_bandwidth_gbs") == std::string::npos);        // and Inspector's gauges
+  CHECK_NOTHROW(mini_json::parse(body));
+}

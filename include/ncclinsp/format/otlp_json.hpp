@@ -38,6 +38,11 @@ struct otlp_json_options {
   std::uint64_t start_time_unix_ns = 0;
   /// Also send Inspector's four window gauges (nccl_bus_bandwidth_gbs, ...), as Inspector's OTLP mode does.
   bool compat_gauges = true;
+  /// The cardinality controls of the .prom files, with the same meaning (NCCLINSP_DROP_LABELS,
+  /// _SIZE_BUCKET_BITS, _HISTOGRAM): labels dropped, message_size coarsened, the duration
+  /// histogram with fewer buckets (bucketCounts summed to the kept bounds) or none. max_series is
+  /// a per-file cap of the Prometheus sink and is not applied here.
+  cardinality card{};
   std::string scope_name = "ncclinsp";
 };
 
@@ -137,12 +142,14 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
   if (snap.comms.empty()) return {};
   const std::uint64_t now = snap.time_unix_ns;
   const std::uint64_t start = o.start_time_unix_ns && o.start_time_unix_ns <= now ? o.start_time_unix_ns : now;
-  const series_table table = collect_series<NativeBucketer>(snap, std::nullopt, o.compat_gauges);
+  const series_table table = collect_series<NativeBucketer>(snap, std::nullopt, o.compat_gauges, o.card);
+  const std::vector<std::size_t> hist_buckets = histogram_buckets(o.card.histogram);
 
   std::vector<otlp_metric> metrics;
   metrics.reserve(catalogue.size());
   for (const metric_family& fam : catalogue) {
     if (fam.compat && !o.compat_gauges) continue;
+    if (fam.type == metric_type::histogram && o.card.histogram == histogram_mode::off) continue;
     const auto kind = fam.type == metric_type::histogram ? otlp_metric::histogram
                       : fam.type == metric_type::counter  ? (fam.integer ? otlp_metric::sum_int : otlp_metric::sum_double)
                                                           : (fam.integer ? otlp_metric::gauge_int : otlp_metric::gauge_double);
@@ -161,14 +168,17 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
       p += ",\"sum\":";
       json_double(p, static_cast<double>(r.stats.busy_ns) * 1e-9);
       p += ",\"bucketCounts\":[";
-      for (std::size_t b = 0; b < duration_buckets; ++b) {
-        if (b) p += ',';
-        json_u64(p, r.stats.hist[b]);
+      std::size_t from = 0;  // each kept bucket counts the full buckets since the previous kept one
+      for (std::size_t k = 0; k < hist_buckets.size(); ++k) {
+        std::uint64_t n = 0;
+        for (; from <= hist_buckets[k]; ++from) n += r.stats.hist[from];
+        if (k) p += ',';
+        json_u64(p, n);
       }
       p += "],\"explicitBounds\":[";
-      for (std::size_t b = 0; b < duration_bounds_ns.size(); ++b) {
-        if (b) p += ',';
-        json_double(p, static_cast<double>(duration_bounds_ns[b]) * 1e-9);
+      for (std::size_t k = 0; k + 1 < hist_buckets.size(); ++k) {
+        if (k) p += ',';
+        json_double(p, static_cast<double>(duration_bounds_ns[hist_buckets[k]]) * 1e-9);
       }
       p += "]}";
       m.points.push_back(std::move(p));

@@ -101,16 +101,7 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   series_table table = collect_series<NativeBucketer>(snap, uuid, compat_gauges, card);
   auto rows_of = [&](series_source s) -> std::vector<series_row>& { return table.rows[static_cast<std::size_t>(s)]; };
 
-  // Histogram buckets written (indices into the full bucket list; the last is +Inf).
-  std::vector<std::size_t> hist_buckets;
-  for (std::size_t b = 0; b < duration_buckets; ++b) {
-    const bool inf = b == duration_bounds_ns.size();
-    const std::uint64_t ns = inf ? 0 : duration_bounds_ns[b];
-    if (card.histogram == histogram_mode::full ||
-        (card.histogram == histogram_mode::coarse && (inf || ns == 100000 || ns == 1000000 || ns == 10000000 ||
-                                                      ns == 100000000 || ns == 1000000000 || ns == 10000000000ull)))
-      hist_buckets.push_back(b);
-  }
+  const std::vector<std::size_t> hist_buckets = histogram_buckets(card.histogram);
   const std::size_t per_set = 4 + (card.histogram == histogram_mode::off ? 0 : hist_buckets.size() + 2);
 
   // Per-file cap: decide what fits before writing anything.

@@ -45,6 +45,21 @@ struct cardinality {
   std::size_t max_series = 0;
 };
 
+/// The duration buckets a histogram `mode` writes: indices into the full bucket list (the last is
+/// +Inf), ascending; none when off. Shared by the Prometheus and OTLP serializers.
+inline std::vector<std::size_t> histogram_buckets(histogram_mode mode) {
+  std::vector<std::size_t> b;
+  if (mode == histogram_mode::off) return b;
+  for (std::size_t i = 0; i < duration_buckets; ++i) {
+    const bool inf = i == duration_bounds_ns.size();
+    const std::uint64_t ns = inf ? 0 : duration_bounds_ns[i];
+    if (mode == histogram_mode::full ||
+        inf || ns == 100000 || ns == 1000000 || ns == 10000000 || ns == 100000000 || ns == 1000000000 || ns == 10000000000ull)
+      b.push_back(i);
+  }
+  return b;
+}
+
 /// Native message_size label of a pow2 bucket index under `bits` per bucket (1 = the index itself).
 template <class NativeBucketer>
 std::string size_label(std::uint32_t nb, std::uint32_t bits) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/format/series.hpp"
 #include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
@@ -57,8 +58,9 @@ inline format::cardinality cardinality_from_options(const options& o) {
   return c;
 }
 
-/// Builds the OTLP sink from the environment: make_otlp_http_sink (sinks/otlp_http_sink.hpp).
-using otlp_sink_factory = any_sink (*)(const log_fn&, const getenv_fn&);
+/// Builds the OTLP sink from the environment, with the .prom files' compat gauges and cardinality:
+/// make_otlp_http_sink (sinks/otlp_http_sink.hpp).
+using otlp_sink_factory = any_sink (*)(const log_fn&, const getenv_fn&, bool compat_gauges, const format::cardinality&);
 
 inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
                                                 otlp_sink_factory otlp = nullptr) {
@@ -66,7 +68,7 @@ inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& 
   if (o.otel) {
     if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
     if (otlp)
-      sinks.emplace_back(otlp(log, get));
+      sinks.emplace_back(otlp(log, get, o.compat_gauges, cardinality_from_options(o)));
     else
       emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 but this program was built without the OTLP sink "
                                  "(include <ncclinsp/sinks/otlp_http_sink.hpp> and pass ncclinsp::make_otlp_http_sink): nothing is exported");

@@ -55,6 +55,8 @@ struct otlp_http_options {
   std::chrono::milliseconds initial_backoff{100};
   /// Send Inspector's four window gauges too.
   bool compat_gauges = true;
+  /// Labels dropped, message_size coarsened, histogram buckets (format::otlp_json_options::card).
+  format::cardinality card{};
   /// startTimeUnixNano of cumulative points; 0 = the time the sink was constructed.
   std::uint64_t start_time_unix_ns = 0;
   log_fn log{};
@@ -191,7 +193,7 @@ class otlp_http_sink {
     }
     try {
       const std::string body = format::write_otlp_json(
-          snap, {.resource = o_.resource, .start_time_unix_ns = o_.start_time_unix_ns, .compat_gauges = o_.compat_gauges});
+          snap, {.resource = o_.resource, .start_time_unix_ns = o_.start_time_unix_ns, .compat_gauges = o_.compat_gauges, .card = o_.card});
       if (body.empty()) return export_result::success;  // no communicator yet: nothing to send
       using clk = std::chrono::steady_clock;
       const auto deadline = clk::now() + o_.timeout;
@@ -239,9 +241,15 @@ class otlp_http_sink {
 
 using OtlpHttpSink = otlp_http_sink;
 
-/// The OTLP sink configured from the environment (otlp_http_options::from_env), as
-/// sinks_from_options() and inspector_options::from_env() take it: pass it where
-/// NCCL_INSPECTOR_OTEL_EXPORT=1 should export over OTLP/HTTP (the plugin does). Cold path.
-inline any_sink make_otlp_http_sink(const log_fn& log, const getenv_fn& get) { return any_sink(otlp_http_sink(otlp_http_options::from_env(log, get))); }
+/// The OTLP sink configured from the environment (otlp_http_options::from_env) with the series
+/// shape of the .prom files (Inspector's gauges, cardinality), as sinks_from_options() and
+/// inspector_options::from_env() take it: pass it where NCCL_INSPECTOR_OTEL_EXPORT=1 should export
+/// over OTLP/HTTP (the plugin does). Cold path.
+inline any_sink make_otlp_http_sink(const log_fn& log, const getenv_fn& get, bool compat_gauges, const format::cardinality& card) {
+  otlp_http_options o = otlp_http_options::from_env(log, get);
+  o.compat_gauges = compat_gauges;
+  o.card = card;
+  return any_sink(otlp_http_sink(std::move(o)));
+}
 
 }  // namespace ncclinsp
