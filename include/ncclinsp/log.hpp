@@ -2,10 +2,13 @@
 /// Logging hook used on cold paths (configuration, sink errors). The plugin routes it to NCCL's
 /// logger (subsystem PROFILE); the default writes one line to stderr. Never called on the hot path.
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace ncclinsp {
 
@@ -15,7 +18,7 @@ using log_fn = std::function<void(log_level, std::string_view)>;
 
 /// Default logger: "ncclinsp WARN: ..." on stderr.
 inline void stderr_log(log_level lvl, std::string_view msg) {
-  std::fprintf(stderr, "ncclinsp %s: %.*s\n", lvl == log_level::warn ? "WARN" : "INFO", static_cast<int>(msg.size()), msg.data());
+  fmt::print(stderr, "ncclinsp {}: {}\n", lvl == log_level::warn ? "WARN" : "INFO", msg);
 }
 
 /// Calls `log` (or stderr_log when empty) and swallows anything it throws.
@@ -25,6 +28,16 @@ inline void emit(const log_fn& log, log_level lvl, std::string_view msg) noexcep
       log(lvl, msg);
     else
       stderr_log(lvl, msg);
+  } catch (...) {
+  }
+}
+
+/// Formats the message with {fmt} (`fmt::format` syntax, checked at compile time), then emit();
+/// a formatting failure (out of memory) drops the line.
+template <class... A>
+void emitf(const log_fn& log, log_level lvl, fmt::format_string<A...> f, A&&... args) noexcept {
+  try {
+    emit(log, lvl, fmt::format(f, std::forward<A>(args)...));
   } catch (...) {
   }
 }

@@ -78,7 +78,7 @@ class env_reader {
     return (v && *v) ? v : nullptr;
   }
   void warn(const char* k, const char* v, std::string_view want) const {
-    emit(log_, log_level::warn, std::string("ignoring ") + k + "=\"" + std::string(v).substr(0, 64) + "\": expected " + std::string(want) + "; using the default");
+    emitf(log_, log_level::warn, "ignoring {}=\"{}\": expected {}; using the default", k, std::string_view(v).substr(0, 64), want);
   }
   void boolean(const char* k, bool& out) const {
     const char* v = raw(k);

@@ -25,7 +25,7 @@ class callback_sink {
       cb_(snap);
       return export_result::success;
     } catch (const std::exception& e) {
-      emit(log_, log_level::warn, std::string("callback sink threw: ") + e.what());
+      emitf(log_, log_level::warn, "callback sink threw: {}", e.what());
     } catch (...) {
       emit(log_, log_level::warn, "callback sink threw a non-standard exception");
     }

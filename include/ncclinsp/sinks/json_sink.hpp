@@ -94,7 +94,7 @@ class json_sink {
 
   void shutdown() noexcept {
     if (!pending_.empty() && flush_pending() != export_result::success)
-      emit(o_.log, log_level::warn, "json sink: " + std::to_string(pending_lines_) + " records could not be written at shutdown");
+      emitf(o_.log, log_level::warn, "json sink: {} records could not be written at shutdown", pending_lines_);
   }
   std::string_view name() const noexcept { return "json"; }
   /// Records lost so far (write errors beyond the pending limit, rotation).
@@ -146,14 +146,14 @@ class json_sink {
       }
     }
     if (!err) {
-      if (errors_.succeeded()) emit(o_.log, log_level::info, "json sink: writing " + p + " again");
+      if (errors_.succeeded()) emitf(o_.log, log_level::info, "json sink: writing {} again", p);
       // Only the drops already reported in the lines just written: those of a rotation in this
       // flush (the discarded .1) go into the next export's dump_stats.
       dropped_by_sink_ -= std::min(dropped_by_sink_, reported_by_sink_);
       reported_by_sink_ = 0;
       return export_result::success;
     }
-    if (errors_.failed(err)) emit(o_.log, log_level::warn, "json sink: cannot write " + p + ": " + detail::describe_error(err) + " (records kept in memory, retrying)");
+    if (errors_.failed(err)) emitf(o_.log, log_level::warn, "json sink: cannot write {}: {} (records kept in memory, retrying)", p, detail::describe_error(err));
     if (pending_.size() > o_.max_pending_bytes) {  // bounded memory: drop the oldest lines, counted
       const std::size_t cut = pending_.find('\n', pending_.size() - o_.max_pending_bytes);
       std::uint64_t lines = 0;

@@ -120,7 +120,6 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
   o.log = log;
   const detail::env_reader env(log, get);
   auto raw = [&](const char* k) { return env.raw(k); };
-  auto warn = [&](const std::string& m) { emit(log, log_level::warn, m); };
   if (const char* v = raw("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")) {
     o.endpoint = v;  // signal-specific: used as is (OTel spec)
   } else if (const char* g = raw("OTEL_EXPORTER_OTLP_ENDPOINT")) {
@@ -132,8 +131,8 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
     if (const char* v = raw(k)) {
       long long ms = 0;
       if (detail::parse_int(v, ms) && ms > 0 && ms <= 600000) o.timeout = std::chrono::milliseconds(ms);
-      else warn(std::string("ignoring ") + k + "=\"" + std::string(v).substr(0, 32) + "\": expected milliseconds in [1, 600000]; using " +
-                std::to_string(o.timeout.count()));
+      else emitf(log, log_level::warn, "ignoring {}=\"{}\": expected milliseconds in [1, 600000]; using {}", k, std::string_view(v).substr(0, 32),
+                 o.timeout.count());
       break;
     }
   }
@@ -148,7 +147,7 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
         else
           o.headers.emplace_back(std::move(hk), std::move(hv));
       }
-      if (!bad.empty()) warn(std::string(k) + ": ignoring header(s) " + bad + " (malformed, control characters, or set by the exporter)");
+      if (!bad.empty()) emitf(log, log_level::warn, "{}: ignoring header(s) {} (malformed, control characters, or set by the exporter)", k, bad);
       break;
     }
   }
@@ -160,7 +159,7 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
         if (rk == k) rv = val, replaced = true;
       if (!replaced) o.resource.emplace_back(std::move(k), std::move(val));
     }
-    if (!bad.empty()) warn("OTEL_RESOURCE_ATTRIBUTES: ignoring malformed item(s) " + bad);
+    if (!bad.empty()) emitf(log, log_level::warn, "OTEL_RESOURCE_ATTRIBUTES: ignoring malformed item(s) {}", bad);
   }
   if (const char* v = raw("OTEL_SERVICE_NAME")) {
     for (auto& [rk, rv] : o.resource)
@@ -179,7 +178,7 @@ class otlp_http_sink {
   explicit otlp_http_sink(otlp_http_options o) : o_(std::move(o)), url_(detail::parse_http_url(o_.endpoint)), stats_(std::make_shared<otlp_http_stats>()) {
     if (!o_.start_time_unix_ns) o_.start_time_unix_ns = detail::unix_ns();
     if (!url_.error.empty())
-      emit(o_.log, log_level::warn, "OTLP export disabled: endpoint \"" + o_.endpoint + "\": " + url_.error);
+      emitf(o_.log, log_level::warn, "OTLP export disabled: endpoint \"{}\": {}", o_.endpoint, url_.error);
   }
 
   /// False when the endpoint was rejected (https, malformed): every write then fails at once.
@@ -205,7 +204,7 @@ class otlp_http_sink {
         stats_->last_status.store(r.status, std::memory_order_relaxed);
         if (r.status >= 200 && r.status < 300) {
           stats_->exports_ok.fetch_add(1, std::memory_order_relaxed);
-          if (errors_.succeeded()) emit(o_.log, log_level::info, "OTLP export to " + o_.endpoint + " works again");
+          if (errors_.succeeded()) emitf(o_.log, log_level::info, "OTLP export to {} works again", o_.endpoint);
           return export_result::success;
         }
         const bool retryable = r.status == 0 || r.status == 429 || r.status >= 500;
@@ -226,11 +225,8 @@ class otlp_http_sink {
   void fail(const std::string& why) noexcept {
     const auto n = stats_->exports_failed.fetch_add(1, std::memory_order_relaxed) + 1;
     if (!errors_.failed(1)) return;  // rate limit: one line a minute
-    try {
-      emit(o_.log, log_level::warn, "OTLP export to " + o_.endpoint + " failed: " + why + " (" + std::to_string(n) +
-                                        " failed export(s) so far; cumulative values go out with the next success)");
-    } catch (...) {
-    }
+    emitf(o_.log, log_level::warn, "OTLP export to {} failed: {} ({} failed export(s) so far; cumulative values go out with the next success)",
+          o_.endpoint, why, n);
   }
 
   otlp_http_options o_;

@@ -60,10 +60,10 @@ class basic_prom_textfile_sink {
         if (err) {
           res = export_result::failure;
           if (errors_.failed(err))
-            emit(o_.log, log_level::warn, "cannot write " + o_.dir + "/" + name + ": " + detail::describe_error(err) +
-                                              " (metrics kept in memory, retrying at the next export)");
+            emitf(o_.log, log_level::warn, "cannot write {}/{}: {} (metrics kept in memory, retrying at the next export)", o_.dir, name,
+                  detail::describe_error(err));
         } else {
-          if (errors_.succeeded()) emit(o_.log, log_level::info, "writing " + o_.dir + " again");
+          if (errors_.succeeded()) emitf(o_.log, log_level::info, "writing {} again", o_.dir);
           written_.insert(name);
         }
       }
@@ -91,7 +91,7 @@ class basic_prom_textfile_sink {
     if (detail::claim_file_name(o_.dir, name)) return name;
     name = prom_file_name(uuid + "-pid" + std::to_string(::getpid()));
     if (warned_shared_.insert(uuid).second)
-      emit(o_.log, log_level::warn, "another process writes " + o_.dir + "/" + prom_file_name(uuid) + " (same GPU); this one writes " + name);
+      emitf(o_.log, log_level::warn, "another process writes {}/{} (same GPU); this one writes {}", o_.dir, prom_file_name(uuid), name);
     return name;
   }
 

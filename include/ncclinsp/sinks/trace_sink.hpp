@@ -112,12 +112,12 @@ class trace_sink {
           {"records_total", std::to_string(total_)}, {"events_evicted", std::to_string(evicted_)}};
       format::write_chrome_trace(out, procs_, threads_, ev, other);
       if (int err = detail::write_file_atomic(o_.dir, file_name(), out)) {
-        emit(o_.log, log_level::warn, "trace sink: cannot write " + path() + ": " + detail::describe_error(err));
+        emitf(o_.log, log_level::warn, "trace sink: cannot write {}: {}", path(), detail::describe_error(err));
         ++failed_exports_;
         return export_result::failure;
       }
       ++dumps_;
-      emit(o_.log, log_level::info, "trace sink: wrote " + std::to_string(ev.size()) + " ops to " + path());
+      emitf(o_.log, log_level::info, "trace sink: wrote {} ops to {}", ev.size(), path());
       return export_result::success;
     } catch (...) {
       ++failed_exports_;
