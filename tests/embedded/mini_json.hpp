@@ -1,8 +1,10 @@
 #pragma once
-// A strict little JSON parser for the tests (objects keep key order; numbers keep their text).
+// A JSON tree for the tests, parsed by simdjson (a validating parser): objects keep key order,
+// numbers keep a text form (integers exactly, doubles in their shortest round-trip form).
 // Throws std::runtime_error on malformed input, so a test fails loudly on invalid JSON.
-#include <map>
-#include <memory>
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -43,104 +45,32 @@ inline const value& value::operator[](std::string_view k) const {
 }
 inline std::size_t value::size() const { return kind == array ? items.size() : members.size(); }
 
-class parser {
- public:
-  explicit parser(std::string_view s) : s_(s) {}
-  value parse() {
-    value v = parse_value();
-    ws();
-    if (i_ != s_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& m) { throw std::runtime_error("JSON: " + m + " at " + std::to_string(i_)); }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
-  }
-  char peek() {
-    ws();
-    if (i_ >= s_.size()) fail("unexpected end");
-    return s_[i_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected ") + c);
-    ++i_;
-  }
-  value parse_value() {
-    const char c = peek();
-    value v;
-    if (c == '{') {
-      v.kind = value::object;
-      ++i_;
-      if (peek() == '}') return ++i_, v;
-      for (;;) {
-        if (peek() != '"') fail("expected key");
-        std::string k = parse_string();
-        expect(':');
-        v.members.push_back({std::move(k), parse_value()});
-        if (peek() == ',') { ++i_; continue; }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
+inline value from_simdjson(simdjson::dom::element e) {
+  value v;
+  switch (e.type()) {
+    case simdjson::dom::element_type::ARRAY:
       v.kind = value::array;
-      ++i_;
-      if (peek() == ']') return ++i_, v;
-      for (;;) {
-        v.items.push_back(parse_value());
-        if (peek() == ',') { ++i_; continue; }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = value::string;
-      v.text = parse_string();
-      return v;
-    }
-    if (s_.substr(i_, 4) == "true") return i_ += 4, v.kind = value::boolean, v.b = true, v;
-    if (s_.substr(i_, 5) == "false") return i_ += 5, v.kind = value::boolean, v;
-    if (s_.substr(i_, 4) == "null") return i_ += 4, v;
-    const std::size_t b = i_;
-    if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    while (i_ < s_.size() && std::string_view("0123456789.eE+-").find(s_[i_]) != std::string_view::npos) ++i_;
-    if (b == i_) fail("unexpected character");
-    v.kind = value::number;
-    v.text = std::string(s_.substr(b, i_ - b));
-    return v;
+      for (simdjson::dom::element x : simdjson::dom::array(e)) v.items.push_back(from_simdjson(x));
+      break;
+    case simdjson::dom::element_type::OBJECT:
+      v.kind = value::object;
+      for (simdjson::dom::key_value_pair kv : simdjson::dom::object(e)) v.members.push_back({std::string(kv.key), from_simdjson(kv.value)});
+      break;
+    case simdjson::dom::element_type::INT64: v.kind = value::number, v.text = std::to_string(int64_t(e)); break;
+    case simdjson::dom::element_type::UINT64: v.kind = value::number, v.text = std::to_string(uint64_t(e)); break;
+    case simdjson::dom::element_type::DOUBLE: v.kind = value::number, v.text = fmt::format("{}", double(e)); break;
+    case simdjson::dom::element_type::STRING: v.kind = value::string, v.text = std::string(std::string_view(e)); break;
+    case simdjson::dom::element_type::BOOL: v.kind = value::boolean, v.b = bool(e); break;
+    case simdjson::dom::element_type::NULL_VALUE: break;
   }
-  std::string parse_string() {
-    expect('"');
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      const char c = s_[i_++];
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') { out += c; continue; }
-      if (i_ >= s_.size()) fail("bad escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': out += '?'; i_ += 4; break;
-        default: fail("bad escape");
-      }
-    }
-    if (i_ >= s_.size()) fail("unterminated string");
-    ++i_;
-    return out;
-  }
-  std::string_view s_;
-  std::size_t i_ = 0;
-};
+  return v;
+}
 
-inline value parse(std::string_view s) { return parser(s).parse(); }
+inline value parse(std::string_view s) {
+  simdjson::dom::parser p;
+  simdjson::dom::element root;
+  if (const auto err = p.parse(simdjson::padded_string(s)).get(root)) throw std::runtime_error(std::string("JSON: ") + simdjson::error_message(err));
+  return from_simdjson(root);
+}
 
 }  // namespace mini_json
