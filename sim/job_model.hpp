@@ -7,6 +7,9 @@
 
 #include "nccl_driver.hpp"
 
+#include <ncclinsp/bandwidth.hpp>
+#include <ncclinsp/model.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -220,14 +223,12 @@ inline std::vector<sim_group> build_program(const options& o) {
   return g;
 }
 
-/// nccl-tests: S (the "size") and the bus factor.
+/// nccl-tests: S (the "size") and the bus factor, the library's (ncclinsp/bandwidth.hpp), so the
+/// simulated time and the plugin's bandwidth use one formula.
 struct traffic { double size_bytes; double factor; };
 inline traffic traffic_of(const sim_op& op, int n) {
-  switch (op.func) {
-    case nccl_func::all_reduce: return {double(op.bytes), 2.0 * (n - 1) / n};
-    case nccl_func::all_gather: case nccl_func::reduce_scatter: return {double(op.bytes) * n, double(n - 1) / n};
-    default: return {double(op.bytes), 1.0};
-  }
+  const ncclinsp::func f = ncclinsp::parse_func(func_name(op.func));
+  return {ncclinsp::traffic_bytes(f, op.bytes, n), ncclinsp::bus_factor(f, n)};
 }
 
 // ---- timing model -------------------------------------------------------------------------------

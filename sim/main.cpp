@@ -10,6 +10,8 @@
 #include "nccl_driver.hpp"
 
 #include <CLI/CLI.hpp>
+#include <ncclinsp/detail/clock.hpp>
+#include <ncclinsp/format/text.hpp>
 
 #include <algorithm>
 #include <array>
@@ -121,11 +123,7 @@ void bind_device(int node, int gpu) {
 }
 
 // ---- timing ----------------------------------------------------------------------------------
-u64 realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return u64(ts.tv_sec) * 1000000000ull + u64(ts.tv_nsec);
-}
+u64 realtime_ns() { return ncclinsp::detail::unix_ns(); }
 
 struct clock_map {
   u64 base_ns = 0;  // realtime ns at sim t = 0 (also the GPU timer base)
@@ -447,16 +445,7 @@ struct node_runner {
 // ---- summary ----------------------------------------------------------------------------------
 std::string json_escape(const std::string& s) {
   std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-      continue;
-    }
-    o += c;
-  }
+  ncclinsp::format::append_json_escaped(o, s);
   return o;
 }
 
