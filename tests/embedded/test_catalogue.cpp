@@ -195,10 +195,10 @@ TEST_CASE("catalogue: one series per label set even when cells differ in timing 
 
 TEST_CASE("catalogue: OTLP honours the cardinality controls the Prometheus files honour", "[catalogue][parity][cardinality]") {
   const snapshot snap = fixture::make_snapshot();
-  for (const auto hist : {format::histogram_mode::coarse, format::histogram_mode::off}) {
-    INFO("histogram mode " << static_cast<int>(hist));
+  for (const auto mode : {format::histogram_mode::coarse, format::histogram_mode::off}) {
+    INFO("histogram mode " << static_cast<int>(mode));
     const format::cardinality card{.rank = false, .comm_hash = false, .uuid = false, .algo_proto = false, .size_bucket_bits = 4,
-                                   .histogram = hist};
+                                   .histogram = mode};
     series_values prom, otlp;
     std::map<std::string, std::string> prom_help;
     std::map<std::string, std::pair<std::string, std::string>> otlp_meta;
