@@ -34,12 +34,40 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef NCCLINSP_SIMCUDA_DEFAULT_PATH
 #define NCCLINSP_SIMCUDA_DEFAULT_PATH ""
 #endif
+
+namespace {
+// Simulated proxy clock (--speed 0): the plugin times ProxyStep state transitions with
+// CLOCK_MONOTONIC on NCCL's proxy thread. At --speed 0 no thread waits for the simulated time, so
+// a proxy thread sets the simulated time of a ProxyStep event here just before emitting it and
+// clears it before any other event (complete_timed's wait(t, step)), and this executable's
+// clock_gettime (exported: the dlopen'ed plugin's calls land here) returns it for CLOCK_MONOTONIC
+// on that thread while set. So only the clock reads inside the plugin's ProxyStep callbacks see
+// simulated time; the plugin's other reads on the proxy thread (KernelCh CPU spans, the record
+// ring's rate estimate when that thread publishes a record) and every other thread read the real clock.
+thread_local std::int64_t t_sim_monotonic_ns = -1;
+
+int real_clock_gettime(clockid_t id, timespec* ts) {
+  static const auto real = reinterpret_cast<int (*)(clockid_t, timespec*)>(::dlsym(RTLD_NEXT, "clock_gettime"));
+  return real ? real(id, ts) : static_cast<int>(::syscall(SYS_clock_gettime, id, ts));
+}
+}  // namespace
+
+extern "C" int clock_gettime(clockid_t id, timespec* ts) {
+  if (t_sim_monotonic_ns >= 0 && id == CLOCK_MONOTONIC) {
+    ts->tv_sec = static_cast<time_t>(t_sim_monotonic_ns / 1000000000);
+    ts->tv_nsec = static_cast<long>(t_sim_monotonic_ns % 1000000000);
+    return 0;
+  }
+  return real_clock_gettime(id, ts);
+}
 
 namespace {
 
@@ -323,7 +351,14 @@ struct node_runner {
     std::array<std::array<kernel_time, max_channels>, 4> times{};
     std::array<timed_op, 4> timed{};
     std::size_t n = 0;
-    auto wait = [this](u64 t) { clk.wait_until(double(t - clk.base_ns) / 1e9, stop); };
+    // Simulated proxy clock for the next event only if it is a ProxyStep one (--speed 0; see clock_gettime).
+    auto wait = [this](u64 t, bool step) {
+      clk.wait_until(double(t - clk.base_ns) / 1e9, stop);
+      t_sim_monotonic_ns = o.speed <= 0 && step ? static_cast<std::int64_t>(t) : -1;
+    };
+    struct sim_clock_off {  // the seam ends with each group: nothing after it reads the simulated clock
+      ~sim_clock_off() { t_sim_monotonic_ns = -1; }
+    };
     for (;;) {
       proxy_item& it = grp[n];
       if (!r.q.pop(it)) {
@@ -332,7 +367,10 @@ struct node_runner {
       }
       if ((it.quit || it.start_only) && n > 0) {  // a group cut short (one of its P2P ops hung): emit what completes
         const proxy_item cut = it;
-        r.comms[std::size_t(grp[0].comm)]->complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+        {
+          const sim_clock_off off;
+          r.comms[std::size_t(grp[0].comm)]->complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+        }
         n = 0;
         grp[0] = cut;
       }
@@ -355,7 +393,10 @@ struct node_runner {
       ++n;
       if (!cur.group_last && n < grp.size()) continue;
       // All ops of a group run on one communicator.
-      c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+      {
+        const sim_clock_off off;
+        c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+      }
       for (std::size_t i = 0; i < n; ++i)
         if (grp[i].pxn) c.foreign_proxy_op(pid_t(::getpid() + 100000), 0, 0, 0);
       n = 0;

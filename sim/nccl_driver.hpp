@@ -432,8 +432,10 @@ class comm_driver {
   /// Proxy-thread side with timing: the ops of one group, every event at its own time, in time order across
   /// ops and channels: ProxyOp start + InProgress at `start`, KernelCh start at the channel's start, each
   /// ProxyStep's states at their times, ProxyOp stop after its last step, KernelCh stop (+ record 22) at the
-  /// channel's stop. `wait(t)` is called with non-decreasing t before each event (the plugin timestamps
-  /// proxy states with its own clock, so the caller sleeps until t). Events gated by each op's mask snapshot
+  /// channel's stop. `wait(t, step)` is called with non-decreasing t before each event (the plugin timestamps
+  /// proxy states with its own clock, so the caller sleeps until t); `step` is true when that event is a
+  /// ProxyStep start, state transition or stop (the calls in which the plugin reads its clock to time
+  /// proxy states; ncclinsp-sim's simulated proxy clock at --speed 0 covers those only). Events gated by each op's mask snapshot
   /// exactly as in `complete`; NCCL starts ProxySteps even under a NULL ProxyOp handle (parentObj NULL) but
   /// records their states only under a non-NULL one. Allocates nothing (fixed-size event table).
   template <class Wait>
@@ -908,14 +910,14 @@ class comm_driver {
     descr_t<V> d;
     void* const ctx = context_;
     if (load_mask() & ev_proxy_ctrl) {
-      if (n) wait(ev[0].t);
+      if (n) wait(ev[0].t, false);
       int appended = 0;
       for (std::size_t o = 0; o < n_ops; ++o) appended += int(ops[o].proxies.size());
       proxy_ctrl_impl<V>(appended);
     }
     for (std::size_t e = 0; e < n; ++e) {
       const timed_event& x = ev[e];
-      wait(x.t);
+      wait(x.t, x.kind >= ev_step_post && x.kind <= ev_step_done);
       const pending_op& p = *ops[x.op].op;
       switch (x.kind) {
         case ev_kch_start: {

@@ -572,10 +572,28 @@ TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels,
     pl[1].steps[0] = {100, 450, 450, 460};
     const timed_op ops[1] = {{&p, std::span<const kernel_time>(kt, 2), std::span<const proxy_plan>(pl, 2)}};
     std::vector<std::uint64_t> waits;
-    c.complete_timed(std::span<const timed_op>(ops, 1), [&](std::uint64_t t) { waits.push_back(t); });
+    std::vector<std::pair<std::size_t, bool>> next_is_step;  // (log position of the next event, step flag)
+    c.complete_timed(std::span<const timed_op>(ops, 1), [&](std::uint64_t t, bool step) {
+      waits.push_back(t);
+      next_is_step.emplace_back(r.count(), step);
+    });
     CHECK(std::is_sorted(waits.begin(), waits.end()));
     CHECK(waits.front() == 100);
     CHECK(waits.back() == 900);
+    // The step flag announces exactly the ProxyStep events (start, 3 states, stop: the plugin times
+    // proxy states in those calls; the simulated proxy clock at --speed 0 covers those only).
+    const auto log = r.log();
+    std::size_t flagged = 0;
+    for (std::size_t i = 0; i < next_is_step.size(); ++i) {
+      const auto [pos, step] = next_is_step[i];
+      const std::size_t end = i + 1 < next_is_step.size() ? next_is_step[i + 1].first : log.size();
+      for (std::size_t k = pos; k < end; ++k) {
+        CAPTURE(i, k, log[k].type, log[k].call);
+        CHECK((log[k].type == ev_proxy_step || log[k].type == ev_net_plugin) == step);
+      }
+      flagged += step;
+    }
+    CHECK(flagged == 3 * 4);  // 3 steps x (post, ready, sent, done)
     const auto ev = r.events();
     CHECK(count_of(ev, rec_call_start, ev_proxy_op) == 2);
     CHECK(count_of(ev, rec_call_start, ev_proxy_step) == 3);
@@ -626,7 +644,7 @@ TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels,
     r.reset();
     const pending_op p2 = c.enqueue(allreduce(1 << 20, 2));
     const timed_op ops2[1] = {{&p2, std::span<const kernel_time>(kt, 2), std::span<const proxy_plan>(pl, 2)}};
-    c.complete_timed(std::span<const timed_op>(ops2, 1), [](std::uint64_t) {});
+    c.complete_timed(std::span<const timed_op>(ops2, 1), [](std::uint64_t, bool) {});
     auto ev2 = r.events();
     CHECK(count_of(ev2, rec_call_start, ev_proxy_op) == 2);
     CHECK(count_of(ev2, rec_call_start, ev_proxy_step) == 0);
@@ -634,7 +652,7 @@ TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels,
     r.reset();
     const pending_op p3 = c.enqueue(allreduce(1 << 20, 2));
     const timed_op ops3[1] = {{&p3, std::span<const kernel_time>(kt, 2), std::span<const proxy_plan>(pl, 2)}};
-    c.complete_timed(std::span<const timed_op>(ops3, 1), [](std::uint64_t) {});
+    c.complete_timed(std::span<const timed_op>(ops3, 1), [](std::uint64_t, bool) {});
     ev2 = r.events();
     CHECK(count_of(ev2, rec_call_start, ev_proxy_op) == 0);
     CHECK(count_of(ev2, rec_call_start, ev_kernel_ch) == 2);

@@ -1,5 +1,7 @@
 // Matching ops across ranks and attributing slowness to ranks and hosts.
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -28,6 +30,38 @@ double median(std::vector<double> v) {
 double low_quantile(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return quantile_sorted(v, 0.1);
+}
+
+// Per host: network wire time per byte of its out and in edges (proxy SendWait), min of both / median.
+std::vector<proxy_host_row> proxy_hosts(const job& j) {
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> host_of;  // (comm, rank) -> host
+  for (const auto& r : j.ops) host_of.emplace(std::pair{r.comm, r.rank}, r.host);
+  for (const auto& p : j.proxy) host_of.emplace(std::pair{p.comm, p.rank}, p.host);
+  std::map<std::uint32_t, std::array<double, 4>> acc;  // out ns, out bytes, in ns, in bytes
+  for (const auto& p : j.proxy) {
+    if (!p.send || p.bytes == 0) continue;
+    const auto to = host_of.find({p.comm, static_cast<std::uint32_t>(p.peer)});
+    if (to == host_of.end() || to->second == p.host) continue;  // a peer on the same host is no network edge
+    auto& o = acc[p.host];
+    o[0] += static_cast<double>(p.network_ns), o[1] += static_cast<double>(p.bytes);
+    auto& i = acc[to->second];
+    i[2] += static_cast<double>(p.network_ns), i[3] += static_cast<double>(p.bytes);
+  }
+  std::vector<proxy_host_row> rows;
+  std::vector<double> link;
+  for (const auto& [h, a] : acc) {
+    if (a[1] <= 0 || a[3] <= 0) continue;
+    proxy_host_row r;
+    r.host = h;
+    r.out_s_per_gb = a[0] / a[1];  // ns per byte = s per GB
+    r.in_s_per_gb = a[2] / a[3];
+    rows.push_back(r);
+    link.push_back(std::min(r.out_s_per_gb, r.in_s_per_gb));
+  }
+  const double med = median(link);
+  for (auto& r : rows) r.ratio = med > 0 ? std::min(r.out_s_per_gb, r.in_s_per_gb) / med : 1;
+  std::sort(rows.begin(), rows.end(), [](const proxy_host_row& x, const proxy_host_row& y) { return x.ratio > y.ratio; });
+  return rows;
 }
 
 // Bus bandwidth per series over time bins, and the incidents (see report.hpp: timeline).
@@ -161,7 +195,16 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
       std::size_t nc = 0;
       for (auto h : bad_hosts)
         if (!good_hosts.count(h)) cand += (cand.empty() ? "" : ",") + j.hosts[h], ++nc;
-      if (all_bad || nc == 0 || nc == bad_hosts.size()) {
+      // Proxy wire time per byte names the host on every edge of which the network is slow (>= 3
+      // hosts: with 2, every edge touches both).
+      const auto& ph = a.proxy_hosts;
+      if (ph.size() >= 3 && ph[0].ratio > o.proxy_host_ratio) {
+        inc.culprit = j.hosts[ph[0].host];
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%.2fx the median host's network wire time per byte, on its in and out edges (proxy SendWait; next %.2fx)",
+                      ph[0].ratio, ph[1].ratio);
+        inc.detail = inc.culprit + ": slow host or NIC, " + buf;
+      } else if (all_bad || nc == 0 || nc == bad_hosts.size()) {
         inc.culprit = "";
         inc.detail = "every network communicator degraded: the fabric, or one host/NIC on every path (kernel time cannot tell which; "
                      "proxy wait by peer names it: docs/diagnosis.md)";
@@ -434,6 +477,7 @@ analysis analyze(job& j, const analysis_options& o) {
     a.hosts.push_back(r);
   }
   std::sort(a.hosts.begin(), a.hosts.end(), [](const host_row& x, const host_row& y) { return x.deviation < y.deviation; });
+  a.proxy_hosts = proxy_hosts(j);
   build_timeline(j, a, o, idx, rec_ex_in_op);
   return a;
 }

@@ -126,6 +126,10 @@ struct reader {
       }
       return;
     }
+    if (kind == "proxy_stats") {
+      proxy_line(id, hdr, meta, body, ours, node, rank, where);
+      return;
+    }
     const bool p2p = kind == "p2p_perf";
     if (kind != "coll_perf" && !p2p) {
       j.warn.add("unknown record kind '" + (kind.empty() ? std::string("<none>") : kind) + "' (skipped)", where);
@@ -161,6 +165,33 @@ struct reader {
     if (!std::isfinite(r.busbw) || !std::isfinite(r.exec_us) || r.busbw <= 0 || r.exec_us <= 0 || r.bytes == 0) valid = false;
     r.valid = valid;
     j.ops.push_back(r);
+  }
+
+  /// Cumulative totals per (comm, rank, process, peer, direction): the latest line wins.
+  std::map<std::tuple<std::uint32_t, std::int64_t, std::string, std::int64_t, std::int64_t, bool>, std::size_t> proxy_of;
+  void proxy_line(std::string_view id, simdjson::dom::element hdr, simdjson::dom::element meta, simdjson::dom::element body, bool ours,
+                  std::string_view node, std::int64_t rank, const std::string& where) {
+    simdjson::dom::array peers;
+    if (rank < 0 || body["peers"].get_array().get(peers)) {
+      j.warn.add("proxy_stats line without rank or peers", where);
+      return;
+    }
+    const std::uint32_t ci = intern_comm(id, hdr, ours, where);
+    const std::uint32_t host = intern(host_of, j.hosts, node);
+    const std::int64_t pid = integer(meta, "pid", 0);
+    for (simdjson::dom::element p : peers) {
+      proxy_rec r;
+      r.comm = ci, r.rank = static_cast<std::uint32_t>(rank), r.host = host;
+      r.peer = static_cast<std::int32_t>(integer(p, "peer", -1));
+      r.send = str(p, "direction") == "send";
+      r.network_ns = uinteger(p, "network_ns", 0);
+      r.bytes = uinteger(p, "bytes", 0);
+      r.steps = uinteger(p, "steps", 0);
+      if (r.peer < 0) continue;
+      auto [it, fresh] = proxy_of.try_emplace({ci, rank, std::string(node), pid, r.peer, r.send}, j.proxy.size());
+      if (fresh) j.proxy.push_back(r);
+      else if (r.steps >= j.proxy[it->second].steps) j.proxy[it->second] = r;  // cumulative: the latest
+    }
   }
 
   std::uint32_t intern_comm(std::string_view id, simdjson::dom::element hdr, bool ours, const std::string& where) {
@@ -275,6 +306,7 @@ void finish_job(job& j) {
     }
   }
   for (auto& o : j.ops) o.comm = remap[o.comm];
+  for (auto& p : j.proxy) p.comm = remap[p.comm];
   if (j.versions.size() > 1) {
     std::string s;
     for (const auto& [v, n] : j.versions) s += (s.empty() ? "" : ", ") + v + " (" + std::to_string(n) + " lines)";

@@ -55,7 +55,18 @@ struct warnings {
   }
 };
 
+/// Cumulative network proxy totals of one (communicator, rank, process, peer, direction): the last
+/// `proxy_stats` line of it (ncclinsp's JSON sink with NCCLINSP_PROXY=1).
+struct proxy_rec {
+  std::uint32_t comm = 0, rank = 0, host = 0;
+  std::int32_t peer = -1;
+  bool send = false;
+  std::uint64_t network_ns = 0;  ///< send: SendWait (handed to the network until complete); recv: RecvWait
+  std::uint64_t bytes = 0, steps = 0;
+};
+
 struct job {
+  std::vector<proxy_rec> proxy;
   std::vector<comm_info> comms;
   std::vector<std::string> hosts;  ///< metadata.node, else metadata.hostname
   std::vector<std::string> funcs;
@@ -140,7 +151,18 @@ struct timeline {
   std::vector<incident> incidents;
 };
 
+/// Per host: the network wire time per byte of its out edges (its sends' SendWait) and of its in
+/// edges (the sends addressed to it), over the whole run, and min(out, in) / the median host's.
+/// A slow host or NIC is an endpoint of every slow edge; its ring neighbours have one slow side only
+/// (docs/diagnosis.md "Attribution").
+struct proxy_host_row {
+  std::uint32_t host = 0;
+  double out_s_per_gb = 0, in_s_per_gb = 0;
+  double ratio = 1;  ///< min(out, in) / median over hosts
+};
+
 struct analysis {
+  std::vector<proxy_host_row> proxy_hosts;  ///< sorted by ratio, highest first; empty without proxy_stats
   std::vector<size_row> sizes;   ///< sorted by time share
   std::vector<rank_row> ranks;   ///< sorted by rel_in_op ascending
   std::vector<host_row> hosts;   ///< sorted by deviation ascending
@@ -156,6 +178,9 @@ struct analysis_options {
   double threshold = 0.10;  ///< a rank arrives late when its exec time is below 1 - threshold of the op median
   std::uint64_t min_bytes = 0;
   std::size_t timeline_bins = 40;  ///< at most this many bins in the timeline
+  /// A network incident names the host whose min(out, in) wire time per byte is above this x the
+  /// median host's (needs proxy_stats lines and >= 3 hosts).
+  double proxy_host_ratio = 1.03;
 };
 
 analysis analyze(job& j, const analysis_options& o);

@@ -14,6 +14,7 @@
 
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/format/text.hpp"
+#include "ncclinsp/proxy_stats.hpp"
 #include "ncclinsp/snapshot.hpp"
 #include "ncclinsp/version.hpp"
 
@@ -205,6 +206,41 @@ inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_
     append_int(out, sink_dropped_cumulative);
   }
   out += "}}\n";
+}
+
+/// Network proxy accounting of one communicator on this rank (NCCLINSP_PROXY=1; ncclinsp
+/// extension, no Inspector equivalent): cumulative per peer rank and direction, the nanoseconds its
+/// sampled network steps spent per ProxyStep state, their bytes and count, as the
+/// ncclinsp_proxy_* counters. One line per communicator and export; ncclinsp-report names a slow
+/// host from them (docs/diagnosis.md).
+inline void write_proxy_stats(std::string& out, const snapshot& snap, std::uint32_t comm) {
+  bool any = false;
+  for (const auto& p : snap.proxy) {
+    if (p.comm != comm) continue;
+    if (!any) {
+      detail::json_header_metadata(out, snap, snap.comms[comm].desc);
+      out += ",\"proxy_stats\":{\"peers\":[";
+    } else {
+      out += ',';
+    }
+    any = true;
+    out += "{\"peer\":";
+    append_int(out, p.peer);
+    out += p.send ? ",\"direction\":\"send\"" : ",\"direction\":\"recv\"";
+    const std::size_t first = p.send ? 0 : 3;
+    for (std::size_t k = 0; k < 3; ++k) {
+      out += ",\"";
+      out += proxy_wait_names[first + k];
+      out += "_ns\":";
+      append_int(out, p.wait_ns[k]);
+    }
+    out += ",\"bytes\":";
+    append_int(out, p.bytes);
+    out += ",\"steps\":";
+    append_int(out, p.steps);
+    out += '}';
+  }
+  if (any) out += "]}}\n";
 }
 
 }  // namespace ncclinsp::format

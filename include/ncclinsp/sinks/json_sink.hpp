@@ -63,6 +63,9 @@ class json_sink {
             ++pending_lines_;
             seen = drops;
           }
+          const std::size_t before = pending_.size();
+          format::write_proxy_stats(pending_, snap, i);
+          pending_lines_ += pending_.size() != before;
         }
       } catch (...) {  // no half-written line stays pending
         unreported_ = unreported;
