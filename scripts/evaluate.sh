@@ -7,7 +7,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 B=${1:-$here/../build}
 [ $# -gt 0 ] && shift
 for f in "$B/bin/ncclinsp-sim" "$B/bin/ncclinsp-report"; do [ -x "$f" ] || { echo "evaluate.sh: $f not built" >&2; exit 1; }; done
-PL=$(ls "$B"/lib/libnccl-profiler-ncclinsp.so "$B"/plugin/libnccl-profiler-ncclinsp.so 2>/dev/null | head -1)
+PL=""
+for f in "$B"/lib/libnccl-profiler-ncclinsp.so "$B"/plugin/libnccl-profiler-ncclinsp.so; do [ -z "$PL" ] && [ -f "$f" ] && PL=$f; done
 [ -n "$PL" ] || { echo "evaluate.sh: plugin not built under $B" >&2; exit 1; }
 "$B/bin/ncclinsp-sim" --help 2>&1 | grep -q -- '--random-fault' || { echo "evaluate.sh: this ncclinsp-sim has no --random-fault" >&2; exit 1; }
 exec python3 "$here/evaluate.py" --sim "$B/bin/ncclinsp-sim" --plugin "$PL" --report "$B/bin/ncclinsp-report" "$@"
