@@ -7,7 +7,8 @@ SRC=$1 INCLUDE=$2 OUT=$3 SECONDS_=$4 CXX=${5:-}
 [[ -n "$CXX" && -x "$CXX" ]] || CXX=$(command -v clang++ || command -v clang++-14 || true)
 if [[ -z "$CXX" ]]; then echo "clang++ not found: fuzz smoke skipped"; exit 77; fi
 mkdir -p "$OUT/corpus"
-if ! err=$("$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+# {fmt} header-only, as in the plugin .so.
+if ! err=$("$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DFMT_HEADER_ONLY \
       -I"$INCLUDE" "$SRC" -o "$OUT/fuzz_plugin" -ldl -lpthread 2>&1); then
   if grep -qE "libclang_rt\.fuzzer|unsupported option.*fuzzer|FuzzedDataProvider\.h.*not found" <<<"$err"; then
     echo "libFuzzer runtime not installed: fuzz smoke skipped"; echo "$err" | tail -3; exit 77

@@ -135,7 +135,7 @@ TEST_CASE("detector: one slow window or a drop smaller than the threshold is not
   CHECK(events == 0);
 }
 
-TEST_CASE("detector: a fault does not enter the baseline; a second fault right after the first is flagged", "[detector]") {
+TEST_CASE("detector: a fault does not enter the baseline, and a second fault right after the first is flagged", "[detector]") {
   // The demo's timeline on a sparse key (4 ops per window: one value every 2 windows, so 30
   // baseline values span 60 windows): a 50% drop for 60 windows, 22 healthy windows, then a 25%
   // drop. A baseline that learnt the first fault's level would judge the second one an improvement.
