@@ -101,6 +101,7 @@ command -v python3 >/dev/null || missing+=(python3)
 [[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
 [[ $BACKEND != victoriametrics || -x /usr/bin/vmalert ]] || missing+=(victoria-metrics)
 [[ -f /usr/include/CLI/CLI.hpp ]] || missing+=(libcli11-dev)
+[[ -f /usr/include/fmt/core.h ]] || missing+=(libfmt-dev)  # the library logs through {fmt}
 if ((${#missing[@]})); then
   ((INSTALL)) || die "missing: ${missing[*]} (and --no-install given)"
   [[ $(id -u) -eq 0 ]] || die "missing: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}"
