@@ -7,9 +7,13 @@
 /// than `min_ops` ops is carried into the next one, so sparse keys are judged on enough ops. The
 /// detector compares the median of the last `recent` values with the median of the `baseline`
 /// values before them: 2% per-op jitter averages out within a window, a slow +-5% wobble moves
-/// both medians together, and one outlier window moves neither. Below `threshold` for `confirm`
-/// consecutive values the key turns degraded, and its baseline is frozen at the pre-drop level
-/// until the recent median is back above `recover` (hysteresis) for `confirm` values.
+/// both medians together, and one outlier window moves neither. A key turns degraded after
+/// `confirm` consecutive values below `threshold` whose drop also exceeds `noise_sigmas` robust
+/// standard deviations of its baseline values (1.4826 x their median absolute deviation): a key
+/// whose windows scatter widely (small ops where launch skew between ranks is a large share of
+/// each op's time) needs a drop well outside its own scatter, a steady key just the threshold.
+/// Its baseline then stays at the pre-drop level until the recent median is back above `recover`
+/// (hysteresis) for `confirm` values.
 ///
 /// Only healthy values enter the baseline: a value joins it when it leaves the recent window,
 /// unless it was judged while the key was degraded (or was one of the recent values that turned
@@ -23,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -45,6 +50,7 @@ struct detector_options {
   std::uint32_t min_baseline = 8;     ///< windows needed before a key is judged
   std::uint32_t confirm = 2;          ///< consecutive values beyond a threshold to change state
   std::uint64_t min_ops = 8;          ///< ops per window value (fewer: carried into the next window)
+  double noise_sigmas = 3.5;          ///< and the drop exceeds this many robust sd of the baseline values
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
@@ -190,6 +196,14 @@ class change_detector {
     return (hi + *std::max_element(buf.begin(), buf.begin() + m / 2)) / 2;
   }
 
+  /// Robust standard deviation of the newest `count` values of a ring around their median `mid`:
+  /// 1.4826 x the median absolute deviation (= the sd for normal scatter, blind to outliers).
+  static double robust_sd(const ring& r, std::size_t count, double mid) {
+    ring dev;
+    for (std::size_t i = 0; i < std::min(count, r.n); ++i) dev.push(std::abs(r.at(i) - mid));
+    return 1.4826 * median(dev, count);
+  }
+
   void judge(snapshot& snap, const key& k, std::uint32_t comm, state& s) {
     if (s.recent_values.n < o_.recent || s.base_values.n < o_.min_baseline) return;
     s.recent = median(s.recent_values, o_.recent);
@@ -197,7 +211,8 @@ class change_detector {
     if (s.base <= 0) return;
     s.ratio = s.recent / s.base;
     s.judged = true;
-    const bool beyond = s.degraded ? s.ratio >= o_.recover : s.ratio < o_.threshold;
+    const bool beyond = s.degraded ? s.ratio >= o_.recover
+                                   : s.ratio < o_.threshold && s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
     s.streak = beyond ? s.streak + 1 : 0;
     if (s.streak < o_.confirm) return;
     s.streak = 0;
