@@ -11,7 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ncclinsp/detail/clock.hpp>
-#include <ncclinsp/format/text.hpp>
+#include <ncclinsp/format/json_writer.hpp>
 
 #include <algorithm>
 #include <array>
@@ -484,25 +484,20 @@ struct node_runner {
 };
 
 // ---- summary ----------------------------------------------------------------------------------
-std::string json_escape(const std::string& s) {
-  std::string o;
-  ncclinsp::format::append_json_escaped(o, s);
-  return o;
-}
+/// The summary's layout: ", " and ": " between items; numbers as an ostream writes them (%.6g).
+constexpr ncclinsp::format::json_style summary_style{", ", ": "};
+constexpr int summary_precision = 6;
 
-std::string fault_json(const options& o, const fault& f) {
-  std::ostringstream j;
-  j.precision(6);
-  j << "{\"kind\": \"" << fault_name(f.kind) << "\"";
-  if (f.node >= 0) j << ", \"node\": " << f.node << ", \"node_name\": \"" << json_escape(o.node_prefix + std::to_string(f.node)) << "\"";
-  if (f.nic >= 0) j << ", \"nic\": " << f.nic;
+void fault_json(ncclinsp::format::json_writer& j, const options& o, const fault& f) {
+  j.begin_object().key("kind").value(fault_name(f.kind));
+  if (f.node >= 0) j.key("node").value(f.node).key("node_name").value(o.node_prefix + std::to_string(f.node));
+  if (f.nic >= 0) j.key("nic").value(f.nic);
   if (f.rank >= 0)
-    j << ", \"rank\": " << f.rank << ", \"node\": " << f.rank / o.gpus << ", \"node_name\": \""
-      << json_escape(o.node_prefix + std::to_string(f.rank / o.gpus)) << "\", \"ms\": " << f.ms;
+    j.key("rank").value(f.rank).key("node").value(f.rank / o.gpus).key("node_name").value(o.node_prefix + std::to_string(f.rank / o.gpus))
+        .key("ms").general(f.ms, summary_precision);
   else
-    j << ", \"pct\": " << f.pct;
-  j << ", \"t0\": " << f.w.t0 << ", \"t1\": " << f.w.t1 << ", \"random\": " << (f.random ? "true" : "false") << "}";
-  return j.str();
+    j.key("pct").general(f.pct, summary_precision);
+  j.key("t0").general(f.w.t0, summary_precision).key("t1").general(f.w.t1, summary_precision).key("random").value(f.random).end_object();
 }
 
 /// The busbw the plugin should measure (bus bytes / kernel time, summed over ranks and ops, as a rate) per
@@ -539,36 +534,50 @@ void write_summary(const options& o, const model& m, const std::string& path) {
   const auto nominal = measured_busbw(o, {}, sim_steps);
   std::vector<std::map<std::string, double>> per_fault;
   for (const auto& f : o.faults) per_fault.push_back(measured_busbw(o, {f}, sim_steps));
-  std::ostringstream j;
-  j.precision(6);
-  j << "{\n  \"config\": {\"plugin\": \"" << json_escape(o.plugin) << "\", \"abi\": " << o.abi << ", \"nodes\": " << o.nodes
-    << ", \"gpus\": " << o.gpus << ", \"nics\": " << o.nic_count() << ", \"duration_s\": " << o.duration << ", \"steps\": " << o.steps
-    << ", \"speed\": " << o.speed << ", \"node_prefix\": \"" << json_escape(o.node_prefix) << "\", \"seed\": " << o.seed
-    << ", \"launch_jitter_us\": " << o.launch_jitter_us
-    << ", \"wobble_pct\": " << o.wobble_pct << ", \"wobble_period_s\": " << o.wobble_period_s
-    << ", \"nvlink_busbw_gbs\": " << nvlink_busbw / 1e9 << ", \"network_busbw_gbs\": " << network_busbw / 1e9
-    << ", \"nominal_step_s\": " << m.nominal_step_s << ", \"compute_s\": " << m.compute_s
-    << ", \"flop_per_step_per_gpu\": " << m.flop_per_step << "},\n";
+  std::string out;
+  ncclinsp::format::json_writer j(out, summary_style);
+  auto num = [&](std::string_view k, double v) { j.key(k).general(v, summary_precision); };
+  j.begin_object({"\n  ", "\n"});  // one top-level member a line
+  j.key("config").begin_object().key("plugin").value(o.plugin).key("abi").value(o.abi).key("nodes").value(o.nodes);
+  j.key("gpus").value(o.gpus).key("nics").value(o.nic_count());
+  num("duration_s", o.duration);
+  j.key("steps").value(o.steps);
+  num("speed", o.speed);
+  j.key("node_prefix").value(o.node_prefix).key("seed").value(o.seed);
+  num("launch_jitter_us", o.launch_jitter_us);
+  num("wobble_pct", o.wobble_pct);
+  num("wobble_period_s", o.wobble_period_s);
+  num("nvlink_busbw_gbs", nvlink_busbw / 1e9);
+  num("network_busbw_gbs", network_busbw / 1e9);
+  num("nominal_step_s", m.nominal_step_s);
+  num("compute_s", m.compute_s);
+  num("flop_per_step_per_gpu", m.flop_per_step);
+  j.end_object();
   // Per kind (the old keys net_degrade / slow_host / hang_rank kept), plus one list of every fault.
-  j << "  \"faults\": {";
+  j.key("faults").begin_object();
   for (fault_kind k : {fault_kind::net_degrade, fault_kind::slow_host, fault_kind::slow_nic, fault_kind::straggler,
                        fault_kind::nvlink_degrade}) {
-    j << "\"" << fault_name(k) << "\": [";
-    bool f1 = true;
+    j.key(fault_name(k)).begin_array();
     for (const auto& f : o.faults)
-      if (f.kind == k) j << (std::exchange(f1, false) ? "" : ", ") << fault_json(o, f);
-    j << "], ";
+      if (f.kind == k) fault_json(j, o, f);
+    j.end_array();
   }
-  j << "\"hang_rank\": [";
-  for (std::size_t i = 0; i < o.hangs.size(); ++i)
-    j << (i ? ", " : "") << "{\"rank\": " << o.hangs[i].rank << ", \"t\": " << o.hangs[i].t << "}";
-  j << "], \"all\": [";
-  for (std::size_t i = 0; i < o.faults.size(); ++i) j << (i ? ", " : "") << fault_json(o, o.faults[i]);
-  j << "]},\n";
+  j.key("hang_rank").begin_array();
+  for (const auto& h : o.hangs) {
+    j.begin_object().key("rank").value(h.rank);
+    num("t", h.t);
+    j.end_object();
+  }
+  j.end_array().key("all").begin_array();
+  for (const auto& f : o.faults) fault_json(j, o, f);
+  j.end_array().end_object();
   const auto rf = std::find_if(o.faults.begin(), o.faults.end(), [](const fault& f) { return f.random; });
-  j << "  \"random_fault\": " << (rf == o.faults.end() ? std::string("null") : fault_json(o, *rf)) << ",\n";
-  j << "  \"busbw\": [\n";
-  bool first = true;
+  j.key("random_fault");
+  if (rf == o.faults.end())
+    j.null();
+  else
+    fault_json(j, o, *rf);
+  j.key("busbw").begin_array({"\n    ", "\n  "});
   std::vector<std::string> seen;
   for (const auto& g : m.program)
     for (std::size_t oi = 0; oi < g.ops.size(); ++oi) {
@@ -579,33 +588,34 @@ void write_summary(const options& o, const model& m, const std::string& path) {
       seen.push_back(key);
       const int n = comm_size(o, op.comm);
       const bool first_of_group = oi == 0 || op.p2p_dir != 0;
-      j << (first ? "" : ",\n") << "    {\"comm\": \"" << kind_name(op.comm) << "\", \"collective\": \"" << func_name(op.func)
-        << "\", \"nranks\": " << n << ", \"n_nodes\": " << (comm_network(o, op.comm) ? o.nodes : 1)
-        << ", \"network\": " << (comm_network(o, op.comm) ? "true" : "false") << ", \"bytes_per_rank\": " << op.bytes
-        << ", \"algo\": \"" << (op.sym ? "AGxLL_R" : op.algo) << "\", \"proto\": \"" << (op.sym ? "" : op.proto)
-        << "\", \"n_channels\": " << int(op.n_channels) << ", \"model_busbw_gbs\": " << m.base_busbw(op.comm) / 1e9
-        << ", \"link_busbw_gbs\": " << m.busbw_gbs(op, 1.0, false)
-        << ", \"expected_wait_busbw_gbs\": " << m.busbw_gbs(op, 1.0, first_of_group)
-        << ", \"nominal_busbw_gbs\": " << nominal.at(key) << ", \"degraded\": [";
+      j.begin_object().key("comm").value(kind_name(op.comm)).key("collective").value(func_name(op.func)).key("nranks").value(n);
+      j.key("n_nodes").value(comm_network(o, op.comm) ? o.nodes : 1).key("network").value(comm_network(o, op.comm));
+      j.key("bytes_per_rank").value(op.bytes).key("algo").value(op.sym ? "AGxLL_R" : op.algo).key("proto").value(op.sym ? "" : op.proto);
+      j.key("n_channels").value(int(op.n_channels));
+      num("model_busbw_gbs", m.base_busbw(op.comm) / 1e9);
+      num("link_busbw_gbs", m.busbw_gbs(op, 1.0, false));
+      num("expected_wait_busbw_gbs", m.busbw_gbs(op, 1.0, first_of_group));
+      num("nominal_busbw_gbs", nominal.at(key));
       // Simulated with that fault alone, averaged over every rank (all ranks of an op share its pace).
-      bool f2 = true;
+      j.key("degraded").begin_array();
       for (std::size_t fi = 0; fi < o.faults.size(); ++fi) {
         const fault& f = o.faults[fi];
         const auto it = per_fault[fi].find(key);
-        j << (std::exchange(f2, false) ? "" : ", ") << "{\"fault\": \"" << fault_name(f.kind) << "\", \"t0\": " << f.w.t0
-          << ", \"t1\": " << f.w.t1 << ", \"busbw_gbs\": " << (it == per_fault[fi].end() ? 0.0 : it->second) << "}";
+        j.begin_object().key("fault").value(fault_name(f.kind));
+        num("t0", f.w.t0);
+        num("t1", f.w.t1);
+        num("busbw_gbs", it == per_fault[fi].end() ? 0.0 : it->second);
+        j.end_object();
       }
-      j << "]}";
-      first = false;
+      j.end_array().end_object();
     }
-  j << "\n  ],\n  \"phases\": [\n";
+  j.end_array().key("phases").begin_array({"\n    ", "\n  "});
   std::vector<double> cuts{0.0};
   for (const auto& f : o.faults) { cuts.push_back(f.w.t0); cuts.push_back(f.w.t1); }
   const double end = o.end_time(m.nominal_step_s);
   cuts.push_back(std::max(end, 0.0));
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  first = true;
   for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
     if (cuts[i] >= end) break;
     const double t1 = std::min(cuts[i + 1], end);
@@ -615,13 +625,18 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     for (const auto& f : o.faults)
       if (f.w.active(mid) && active.find(fault_name(f.kind)) == std::string::npos)
         active += std::string(active.empty() ? "" : ",") + fault_name(f.kind);
-    j << (first ? "" : ",\n") << "    {\"t0\": " << cuts[i] << ", \"t1\": " << t1 << ", \"faults\": \""
-      << (active.empty() ? "none" : active) << "\", \"step_s\": " << st << ", \"tflops\": " << m.flop_per_step / st / 1e12 << "}";
-    first = false;
+    j.begin_object();
+    num("t0", cuts[i]);
+    num("t1", t1);
+    j.key("faults").value(active.empty() ? "none" : active);
+    num("step_s", st);
+    num("tflops", m.flop_per_step / st / 1e12);
+    j.end_object();
   }
-  j << "\n  ]\n}\n";
+  j.end_array().end_object();
+  out += '\n';
   std::ofstream f(path, std::ios::trunc);
-  f << j.str();
+  f << out;
   if (!f) std::fprintf(stderr, "ncclinsp-sim: cannot write the summary to %s\n", path.c_str());
 }
 

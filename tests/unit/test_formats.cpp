@@ -6,6 +6,7 @@
 
 #include "format_fixture.hpp"
 #include "ncclinsp/format/inspector_json.hpp"
+#include "ncclinsp/format/json_writer.hpp"
 #include "ncclinsp/format/prometheus_text.hpp"
 
 using namespace ncclinsp;
@@ -110,4 +111,69 @@ TEST_CASE("JSON lines match the golden file and Inspector's layout", "[format][j
                   "\"coll_timing_source\":\"kernel_gpu\",\"coll_algobw_gbs\":8.388608,\"coll_busbw_gbs\":12.582912") != std::string::npos);
   CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":3,\"p2p_msg_size_bytes\":1000") != std::string::npos);
   CHECK(text.find("\"comm_name\":\"dp \\\"x\\\"\\\\y\\nz\"") != std::string::npos);
+}
+
+TEST_CASE("json_writer escapes quotes, backslash and every control character", "[format][json][writer]") {
+  std::string out;
+  format::json_writer w(out);
+  w.value(std::string_view("q\"b\\n\nr\rt\tx\x01\x1f\x7f\0end", 18));
+  CHECK(out == "\"q\\\"b\\\\n\\nr\\rt\\tx\\u0001\\u001f\\u007f\\u0000end\"");
+  std::string keyed;
+  format::json_writer k(keyed);
+  k.begin_object().key("a\"\n").value(1).end_object();  // keys are escaped like values
+  CHECK(keyed == "{\"a\\\"\\n\":1}");
+}
+
+TEST_CASE("json_writer passes valid UTF-8 through and repairs invalid bytes", "[format][json][writer]") {
+  std::string out;
+  format::json_writer w(out);
+  w.begin_array().value("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value("a\xff" "b").value("\xed\xa0\x80").end_array();
+  CHECK(out == "[\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\",\"a\xEF\xBF\xBD" "b\",\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"]");
+  std::string big;  // bounded: 4096 bytes of a hostile name at most
+  format::json_writer b(big);
+  b.value(std::string(5000, 'x'));
+  CHECK(big.size() == 4096 + 2);
+}
+
+TEST_CASE("json_writer places commas in nested containers and resumes a prefix", "[format][json][writer]") {
+  std::string out;
+  format::json_writer w(out);
+  w.begin_object().key("a").begin_array().value(1).begin_object().end_object().begin_array().end_array().value(true).null().end_array();
+  w.key("b").begin_object().key("c").value(-2).key("d").value("e").end_object().key("f").value(false).end_object();
+  CHECK(out == "{\"a\":[1,{},[],true,null],\"b\":{\"c\":-2,\"d\":\"e\"},\"f\":false}");
+  CHECK(w.depth() == 0);
+
+  std::string prefix;
+  format::json_writer p(prefix);
+  p.begin_object().key("header").value(1);
+  std::string rec;
+  format::json_writer r(rec);
+  r.resume_object(prefix).key("x").raw("[1,2]").end_object();
+  CHECK(rec == "{\"header\":1,\"x\":[1,2]}");
+}
+
+TEST_CASE("json_writer numbers: exact, fixed, %g, scaled, quoted, hex, non-finite", "[format][json][writer]") {
+  std::string out;
+  format::json_writer w(out);
+  w.begin_array();
+  w.value(std::uint64_t{18446744073709551615ull}).value(std::int64_t{-9223372036854775807ll - 1}).value(0.1).value(1e300);
+  w.value(std::nan("")).value(-HUGE_VAL).fixed(1.0 / 3, 6).fixed(2.5, 0).general(3.88656e13, 6).general(0.125, 6).general(30.0, 6);
+  w.scaled(1700000000123456789ull, 3).scaled(7, 3).scaled(42, 0).quoted(std::uint64_t{12}).hex64(0xfedcba9876543210ull);
+  w.end_array();
+  CHECK(out ==
+        "[18446744073709551615,-9223372036854775808,0.1,1e+300,0,0,0.333333,2,3.88656e+13,0.125,30,"
+        "1700000000123456.789,0.007,42,\"12\",\"0xfedcba9876543210\"]");
+}
+
+TEST_CASE("json_writer layouts: separators and one item a line", "[format][json][writer]") {
+  std::string out;
+  format::json_writer w(out, {.comma = ", ", .colon = ": "});
+  w.begin_object({"\n  ", "\n"}).key("a").begin_array().value(1).value(2).end_array();
+  w.key("b").begin_array({"\n    ", "\n  "}).begin_object().key("x").value(1).key("y").value(2).end_object().value(3).end_array();
+  w.end_object();
+  CHECK(out == "{\n  \"a\": [1, 2],\n  \"b\": [\n    {\"x\": 1, \"y\": 2},\n    3\n  ]\n}");
+  std::string empty;
+  format::json_writer e(empty);
+  e.begin_array({"\n", "\n"}).end_array();
+  CHECK(empty == "[\n]");
 }

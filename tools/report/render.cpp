@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "ncclinsp/format/text.hpp"
+#include "ncclinsp/format/json_writer.hpp"
 #include "report.hpp"
 
 namespace ncclinsp::report {

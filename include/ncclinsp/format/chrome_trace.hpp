@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ncclinsp/bandwidth.hpp"
-#include "ncclinsp/format/text.hpp"
+#include "ncclinsp/format/json_writer.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/snapshot.hpp"
 
@@ -47,98 +47,46 @@ struct trace_event {
 };
 
 namespace detail {
-/// Nanoseconds as microseconds with 3 decimals, exactly (no double rounding for large epochs).
-inline void append_us(std::string& out, std::uint64_t ns) {
-  append_int(out, ns / 1000);
-  const auto frac = static_cast<unsigned>(ns % 1000);
-  out += '.';
-  out += static_cast<char>('0' + frac / 100);
-  out += static_cast<char>('0' + frac / 10 % 10);
-  out += static_cast<char>('0' + frac % 10);
-}
-
-inline void append_meta(std::string& out, bool& first, std::string_view what, std::uint32_t pid, const std::uint32_t* tid,
-                        std::string_view arg_key, std::string_view str_value, std::int64_t int_value, bool is_string) {
-  out += first ? "\n" : ",\n";
-  first = false;
-  out += "{\"ph\":\"M\",\"name\":\"";
-  out += what;
-  out += "\",\"pid\":";
-  append_int(out, pid);
-  if (tid) {
-    out += ",\"tid\":";
-    append_int(out, *tid);
-  }
-  out += ",\"args\":{\"";
-  out += arg_key;
-  out += "\":";
-  if (is_string)
-    append_json_string(out, str_value);
-  else
-    append_int(out, int_value);
-  out += "}}";
+inline void append_meta(json_writer& w, std::string_view what, std::uint32_t pid, const std::uint32_t* tid) {
+  w.begin_object().key("ph").value("M").key("name").value(what).key("pid").value(pid);
+  if (tid) w.key("tid").value(*tid);
+  w.key("args").begin_object();
 }
 }  // namespace detail
 
-/// Appends one complete ("X") event object, without a separator.
-inline void write_trace_event(std::string& out, const trace_event& e) {
+/// Writes one complete ("X") event object as the next value of `w`.
+inline void write_trace_event(json_writer& w, const trace_event& e) {
   const op_record& op = e.op;
   const std::uint64_t dur = op.duration_ns();
   const bool valid = op.bytes_valid && dur > 0;
-  out += "{\"ph\":\"X\",\"name\":";
-  append_json_string(out, to_string(op.fn));
-  out += ",\"cat\":\"";
-  out += e.channel >= 0 ? "channel" : is_p2p(op.fn) ? "p2p" : "coll";
-  out += "\",\"pid\":";
-  append_int(out, e.pid);
-  out += ",\"tid\":";
-  append_int(out, e.tid);
-  out += ",\"ts\":";
-  detail::append_us(out, op.start_ns);
-  out += ",\"dur\":";
-  detail::append_us(out, dur);
-  out += ",\"args\":{\"comm\":\"0x";
-  append_hex64(out, e.comm_hash);
-  out += "\",\"rank\":";
-  append_int(out, e.rank);
-  out += ",\"n_ranks\":";
-  append_int(out, e.nranks);
-  out += ",\"seq\":";
-  append_int(out, op.seq);
+  w.begin_object().key("ph").value("X").key("name").value(to_string(op.fn));
+  w.key("cat").value(e.channel >= 0 ? "channel" : is_p2p(op.fn) ? "p2p" : "coll");
+  w.key("pid").value(e.pid).key("tid").value(e.tid);
+  w.key("ts").scaled(op.start_ns, 3).key("dur").scaled(dur, 3);  // microseconds, exactly (no double rounding for large epochs)
+  w.key("args").begin_object().key("comm").hex64(e.comm_hash);
+  w.key("rank").value(e.rank).key("n_ranks").value(e.nranks).key("seq").value(op.seq);
   if (e.channel >= 0) {  // a channel's share of bytes is unknown: no bandwidth for its span
-    out += ",\"channel\":";
-    append_int(out, e.channel);
-    out += ",\"timing\":";
-    append_json_string(out, to_string(op.timing));
-    out += "}}";
+    w.key("channel").value(e.channel).key("timing").value(to_string(op.timing));
+    w.end_object().end_object();
     return;
   }
-  out += ",\"bytes\":";
-  append_int(out, op.bytes);
-  out += ",\"busbw_gbs\":";
-  append_fixed(out, valid ? busbw_gbs(op.fn, op.bytes, e.nranks, dur) : 0.0, 3);
-  out += ",\"algbw_gbs\":";
-  append_fixed(out, valid ? algbw_gbs(op.fn, op.bytes, e.nranks, dur) : 0.0, 3);
-  out += ",\"dtype\":";
-  append_json_string(out, to_string(op.dt));
-  if (is_p2p(op.fn)) {
-    out += ",\"peer\":";
-    append_int(out, op.peer);
-  } else {
-    out += ",\"algo\":";
-    append_json_string(out, to_string(op.alg));
-    out += ",\"proto\":";
-    append_json_string(out, to_string(op.pro));
-  }
-  out += ",\"channels\":";
-  append_int(out, op.channels);
-  out += ",\"timing\":";
-  append_json_string(out, to_string(op.timing));
-  if (op.user_tag) {
-    out += ",\"user_tag\":";
-    append_int(out, op.user_tag);
-  }
-  out += "}}";
+  w.key("bytes").value(op.bytes);
+  w.key("busbw_gbs").fixed(valid ? busbw_gbs(op.fn, op.bytes, e.nranks, dur) : 0.0, 3);
+  w.key("algbw_gbs").fixed(valid ? algbw_gbs(op.fn, op.bytes, e.nranks, dur) : 0.0, 3);
+  w.key("dtype").value(to_string(op.dt));
+  if (is_p2p(op.fn))
+    w.key("peer").value(op.peer);
+  else
+    w.key("algo").value(to_string(op.alg)).key("proto").value(to_string(op.pro));
+  w.key("channels").value(op.channels).key("timing").value(to_string(op.timing));
+  if (op.user_tag) w.key("user_tag").value(op.user_tag);
+  w.end_object().end_object();
+}
+
+/// Appends one complete ("X") event object, without a separator.
+inline void write_trace_event(std::string& out, const trace_event& e) {
+  json_writer w(out);
+  write_trace_event(w, e);
 }
 
 /// A whole trace file: {"traceEvents":[metadata..., events...], "displayTimeUnit":"ms",
@@ -146,29 +94,26 @@ inline void write_trace_event(std::string& out, const trace_event& e) {
 inline void write_chrome_trace(std::string& out, std::span<const trace_process> procs, std::span<const trace_thread> threads,
                                std::span<const trace_event> events,
                                std::span<const std::pair<std::string, std::string>> other = {}) {
-  out += "{\"traceEvents\":[";
-  bool first = true;
+  json_writer w(out);
+  w.begin_object().key("traceEvents").begin_array({"\n", "\n"});  // one event a line
   for (const auto& p : procs) {
-    detail::append_meta(out, first, "process_name", p.pid, nullptr, "name", p.name, 0, true);
-    detail::append_meta(out, first, "process_sort_index", p.pid, nullptr, "sort_index", {}, p.pid, false);
+    detail::append_meta(w, "process_name", p.pid, nullptr);
+    w.key("name").value(p.name).end_object().end_object();
+    detail::append_meta(w, "process_sort_index", p.pid, nullptr);
+    w.key("sort_index").value(p.pid).end_object().end_object();
   }
   for (const auto& t : threads) {
-    detail::append_meta(out, first, "thread_name", t.pid, &t.tid, "name", t.name, 0, true);
-    detail::append_meta(out, first, "thread_sort_index", t.pid, &t.tid, "sort_index", {}, t.sort_index, false);
+    detail::append_meta(w, "thread_name", t.pid, &t.tid);
+    w.key("name").value(t.name).end_object().end_object();
+    detail::append_meta(w, "thread_sort_index", t.pid, &t.tid);
+    w.key("sort_index").value(t.sort_index).end_object().end_object();
   }
-  for (const auto& e : events) {
-    out += first ? "\n" : ",\n";
-    first = false;
-    write_trace_event(out, e);
-  }
-  out += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"ncclinsp\"";
-  for (const auto& [k, v] : other) {
-    out += ',';
-    append_json_string(out, k);
-    out += ':';
-    append_json_string(out, v);
-  }
-  out += "}}\n";
+  for (const auto& e : events) write_trace_event(w, e);
+  w.end_array().key("displayTimeUnit").value("ms");
+  w.key("otherData").begin_object().key("generator").value("ncclinsp");
+  for (const auto& [k, v] : other) w.key(k).value(v);
+  w.end_object().end_object();
+  out += '\n';
 }
 
 }  // namespace ncclinsp::format

@@ -8,12 +8,14 @@
 /// label, which differs from `hostname` under NCCLINSP_NODE_NAME).
 /// Thread-safety: pure functions (cold path).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ncclinsp/bandwidth.hpp"
-#include "ncclinsp/format/text.hpp"
+#include "ncclinsp/format/json_writer.hpp"
 #include "ncclinsp/proxy_stats.hpp"
 #include "ncclinsp/snapshot.hpp"
 #include "ncclinsp/version.hpp"
@@ -23,87 +25,78 @@ namespace ncclinsp::format {
 inline constexpr const char* inspector_format_version = "v4.3";
 
 namespace detail {
-inline void json_header_metadata(std::string& out, const snapshot& snap, const comm_desc& d) {
-  out += "{\"header\":{\"id\":\"0x";
-  append_hex64(out, d.hash);
-  out += "\",\"comm_name\":";
-  append_json_string(out, d.name.empty() ? std::string_view("unknown") : std::string_view(d.name));
-  out += ",\"rank\":";
-  append_int(out, d.rank);
-  out += ",\"n_ranks\":";
-  append_int(out, d.nranks);
-  out += ",\"nnodes\":";
-  append_int(out, d.nnodes);
-  out += "},\"metadata\":{\"inspector_output_format_version\":\"";
-  out += inspector_format_version;
-  out += "\",\"git_rev\":\"ncclinsp-" NCCLINSP_VERSION_STRING "\",\"rec_mechanism\":\"nccl_profiler_interface\",\"dump_timestamp_us\":";
-  append_int(out, snap.time_unix_ns / 1000);
-  out += ",\"hostname\":";
-  append_json_string(out, snap.identity.hostname);
-  out += ",\"pid\":";
-  append_int(out, snap.identity.pid);
-  if (!snap.identity.node.empty()) {  // ncclinsp extension: the node label (NCCLINSP_NODE_NAME or host name)
-    out += ",\"node\":";
-    append_json_string(out, snap.identity.node);
-  }
-  out += "}";
+/// Opens a record's object and writes `header` and `metadata`; the caller writes the rest.
+inline void json_header_metadata(json_writer& w, const snapshot& snap, const comm_desc& d) {
+  w.begin_object().key("header").begin_object();
+  w.key("id").hex64(d.hash);
+  w.key("comm_name").value(d.name.empty() ? std::string_view("unknown") : std::string_view(d.name));
+  w.key("rank").value(d.rank).key("n_ranks").value(d.nranks).key("nnodes").value(d.nnodes);
+  w.end_object().key("metadata").begin_object();
+  w.key("inspector_output_format_version").value(inspector_format_version);
+  w.key("git_rev").value("ncclinsp-" NCCLINSP_VERSION_STRING);
+  w.key("rec_mechanism").value("nccl_profiler_interface");
+  w.key("dump_timestamp_us").value(snap.time_unix_ns / 1000);
+  w.key("hostname").value(snap.identity.hostname);
+  w.key("pid").value(snap.identity.pid);
+  if (!snap.identity.node.empty()) w.key("node").value(snap.identity.node);  // ncclinsp extension: the node label (NCCLINSP_NODE_NAME or host name)
+  w.end_object();
 }
-}  // namespace detail
 
-namespace detail {
-/// One of our own enum names (plain ASCII, nothing to escape) as a JSON string.
-inline void append_json_name(std::string& out, std::string_view name) {
-  out += '"';
-  out += name;
-  out += '"';
-}
+/// "<p>_<name>" (a record key: coll_sn, p2p_peer, ...) in a caller's buffer.
+class prefixed_key {
+ public:
+  explicit prefixed_key(std::string_view p) : n_(p.size() + 1) {
+    p.copy(buf_, p.size());
+    buf_[p.size()] = '_';
+  }
+  std::string_view operator()(std::string_view name) {
+    const std::size_t len = std::min(name.size(), sizeof buf_ - n_);
+    name.copy(buf_ + n_, len);
+    return {buf_, n_ + len};
+  }
+
+ private:
+  char buf_[64];
+  std::size_t n_;
+};
 
 /// Inspector's verbose block: `event_trace_sn` (callback order) and `event_trace_ts` (callback
 /// wall time in us, as Inspector's gettimeofday), same shape; channel ids are NCCL's real ones.
 /// Our additions: `kernel_gpu_start_ns`/`kernel_gpu_stop_ns` per channel in `event_trace_ts`.
-inline void append_event_trace(std::string& out, std::string_view p, const op_trace& t) {
+inline void append_event_trace(json_writer& w, std::string_view p, const op_trace& t) {
   for (const bool ts : {false, true}) {
-    out += ts ? ",\"event_trace_ts\":{\"" : ",\"event_trace_sn\":{\"";
-    const std::string_view suffix = ts ? "_ts\":" : "_sn\":";
-    auto field = [&](std::string_view name, std::uint64_t sn, std::uint64_t cpu_ns, bool first) {
-      if (!first) out += ",\"";
-      out += name;
-      out += suffix;
-      append_int(out, ts ? cpu_ns / 1000 : sn);
+    w.key(ts ? "event_trace_ts" : "event_trace_sn").begin_object();
+    const std::string_view suffix = ts ? "_ts" : "_sn";
+    char name[64];
+    auto field = [&](std::string_view first, std::string_view second, std::uint64_t sn, std::uint64_t cpu_ns) {
+      std::size_t n = 0;
+      for (std::string_view part : {first, second, suffix}) n += part.copy(name + n, std::min(part.size(), sizeof name - n));
+      w.key(std::string_view(name, n)).value(ts ? cpu_ns / 1000 : sn);
     };
-    out += p;
-    field("_start", t.start_sn, t.start_cpu_ns, true);
-    out += ",\"";
-    out += p;
-    field("_stop", t.stop_sn, t.stop_cpu_ns, true);
-    out += ",\"kernel_events\":[";
+    field(p, "_start", t.start_sn, t.start_cpu_ns);
+    field(p, "_stop", t.stop_sn, t.stop_cpu_ns);
+    w.key("kernel_events").begin_array();
     for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
       const channel_trace& c = t.channels[i];
-      out += i ? ",{\"channel_id\":" : "{\"channel_id\":";
-      append_int(out, c.channel);
-      out += ",\"";
-      field("kernel_start", c.start_sn, c.start_cpu_ns, true);
-      field("kernel_stop", c.stop_sn, c.stop_cpu_ns, false);
-      field("kernel_record", c.record_sn, c.record_cpu_ns, false);
-      if (ts) {
-        out += ",\"kernel_gpu_start_ns\":";
-        append_int(out, c.gpu_start_ns);
-        out += ",\"kernel_gpu_stop_ns\":";
-        append_int(out, c.gpu_stop_ns);
-      }
-      out += '}';
+      w.begin_object().key("channel_id").value(c.channel);
+      field("kernel_start", {}, c.start_sn, c.start_cpu_ns);
+      field("kernel_stop", {}, c.stop_sn, c.stop_cpu_ns);
+      field("kernel_record", {}, c.record_sn, c.record_cpu_ns);
+      if (ts) w.key("kernel_gpu_start_ns").value(c.gpu_start_ns).key("kernel_gpu_stop_ns").value(c.gpu_stop_ns);
+      w.end_object();
     }
-    out += "]}";
+    w.end_array().end_object();
   }
 }
 }  // namespace detail
 
 /// The part of a record line that depends only on the communicator and the snapshot (`header`
-/// and `metadata`): writers of many records compute it once per communicator and pass it to
-/// write_inspector_record().
+/// and `metadata`, the record's object left open): writers of many records compute it once per
+/// communicator and pass it to write_inspector_record().
 inline std::string inspector_record_prefix(const snapshot& snap, const comm_desc& d) {
   std::string out;
-  detail::json_header_metadata(out, snap, d);
+  json_writer w(out);
+  detail::json_header_metadata(w, snap, d);
   return out;
 }
 
@@ -118,59 +111,33 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   const std::string_view p = p2p ? "p2p" : "coll";
   const std::uint64_t dur = op.duration_ns();
   const bool valid = op.bytes_valid && dur > 0;
+  json_writer w(out);
   if (prefix.empty())
-    detail::json_header_metadata(out, snap, d);
+    detail::json_header_metadata(w, snap, d);
   else
-    out += prefix;
-  auto key = [&](std::string_view k) {
-    out += ",\"";
-    out += p;
-    out += '_';
-    out += k;
-    out += "\":";
-  };
-  out += ",\"";
-  out += p;
-  out += "_perf\":{\"";
-  out += p;
-  out += "\":";
-  detail::append_json_name(out, to_string(op.fn));
-  key("sn");
-  append_int(out, op.seq);
-  if (p2p) {
-    key("peer");
-    append_int(out, op.peer);
-  }
-  key("msg_size_bytes");
-  append_int(out, op.bytes);
-  key("exec_time_us");
-  append_fixed(out, static_cast<double>(dur) / 1e3, 3);
-  key("timing_source");
-  detail::append_json_name(out, to_string(op.timing));
-  key("algobw_gbs");
-  append_fixed(out, valid ? algbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
-  key("busbw_gbs");
-  append_fixed(out, valid ? busbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
+    w.resume_object(prefix);
+  detail::prefixed_key key(p);
+  w.key(p2p ? "p2p_perf" : "coll_perf").begin_object();
+  w.key(p).value(to_string(op.fn));
+  w.key(key("sn")).value(op.seq);
+  if (p2p) w.key(key("peer")).value(op.peer);
+  w.key(key("msg_size_bytes")).value(op.bytes);
+  w.key(key("exec_time_us")).fixed(static_cast<double>(dur) / 1e3, 3);
+  w.key(key("timing_source")).value(to_string(op.timing));
+  w.key(key("algobw_gbs")).fixed(valid ? algbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
+  w.key(key("busbw_gbs")).fixed(valid ? busbw_gbs(op.fn, op.bytes, d.nranks, dur) : 0.0, 6);
   if (!p2p) {
-    key("algo");
-    detail::append_json_name(out, to_string(op.alg));
-    key("proto");
-    detail::append_json_name(out, op.pro == proto::none ? std::string_view() : to_string(op.pro));
+    w.key(key("algo")).value(to_string(op.alg));
+    w.key(key("proto")).value(op.pro == proto::none ? std::string_view() : to_string(op.pro));
   }
-  key("user_tag");
-  out += '"';
-  append_int(out, op.user_tag);
-  out += '"';
-  key("n_channels");
-  append_int(out, op.channels);
-  key("start_ts_ns");
-  append_int(out, op.start_ns);
-  key("end_ts_ns");
-  append_int(out, op.end_ns);
-  key("valid");
-  out += valid ? "true" : "false";
-  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(out, p, snap.traces[r.trace]);
-  out += "}}\n";
+  w.key(key("user_tag")).quoted(op.user_tag);
+  w.key(key("n_channels")).value(op.channels);
+  w.key(key("start_ts_ns")).value(op.start_ns);
+  w.key(key("end_ts_ns")).value(op.end_ns);
+  w.key(key("valid")).value(valid);
+  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(w, p, snap.traces[r.trace]);
+  w.end_object().end_object();
+  out += '\n';
 }
 
 /// Per-communicator totals and drops for this export (Inspector's `dump_stats` marker, extended).
@@ -180,32 +147,25 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
 /// process's sink drops, cumulative: the same value in every comm's record).
 inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_snapshot& c, std::uint64_t records_written,
                              std::uint64_t records_dropped_by_sink, std::uint64_t sink_dropped_cumulative = UINT64_MAX) {
-  detail::json_header_metadata(out, snap, c.desc);
+  json_writer w(out);
+  detail::json_header_metadata(w, snap, c.desc);
   std::uint64_t dropped = records_dropped_by_sink;
   for (auto v : c.dropped) dropped += v;
-  out += ",\"dump_stats\":{\"records\":";
-  append_int(out, records_written);
-  out += ",\"completed_total\":";
-  append_int(out, c.completed);
-  out += ",\"dropped_total\":";
-  append_int(out, dropped);
-  out += ",\"filtered_min_size_total\":";
-  append_int(out, c.filtered[0]);
-  out += ",\"filtered_no_gpu_timing_total\":";
-  append_int(out, c.filtered[1]);
-  out += ",\"abandoned_total\":";
-  append_int(out, c.abandoned);
-  out += ",\"inflight\":";
-  append_int(out, c.inflight);
-  out += ",\"final\":";
-  out += snap.final ? "true" : "false";
+  w.key("dump_stats").begin_object();
+  w.key("records").value(records_written);
+  w.key("completed_total").value(c.completed);
+  w.key("dropped_total").value(dropped);
+  w.key("filtered_min_size_total").value(c.filtered[0]);
+  w.key("filtered_no_gpu_timing_total").value(c.filtered[1]);
+  w.key("abandoned_total").value(c.abandoned);
+  w.key("inflight").value(c.inflight);
+  w.key("final").value(snap.final);
   if (sink_dropped_cumulative != UINT64_MAX) {
-    out += ",\"ring_dropped_total\":";
-    append_int(out, dropped - records_dropped_by_sink);
-    out += ",\"sink_dropped_total\":";
-    append_int(out, sink_dropped_cumulative);
+    w.key("ring_dropped_total").value(dropped - records_dropped_by_sink);
+    w.key("sink_dropped_total").value(sink_dropped_cumulative);
   }
-  out += "}}\n";
+  w.end_object().end_object();
+  out += '\n';
 }
 
 /// Network proxy accounting of one communicator on this rank (NCCLINSP_PROXY=1; ncclinsp
@@ -214,33 +174,29 @@ inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_
 /// ncclinsp_proxy_* counters. One line per communicator and export; ncclinsp-report names a slow
 /// host from them (docs/diagnosis.md).
 inline void write_proxy_stats(std::string& out, const snapshot& snap, std::uint32_t comm) {
+  json_writer w(out);
   bool any = false;
   for (const auto& p : snap.proxy) {
     if (p.comm != comm) continue;
-    if (!any) {
-      detail::json_header_metadata(out, snap, snap.comms[comm].desc);
-      out += ",\"proxy_stats\":{\"peers\":[";
-    } else {
-      out += ',';
+    if (!std::exchange(any, true)) {
+      detail::json_header_metadata(w, snap, snap.comms[comm].desc);
+      w.key("proxy_stats").begin_object().key("peers").begin_array();
     }
-    any = true;
-    out += "{\"peer\":";
-    append_int(out, p.peer);
-    out += p.send ? ",\"direction\":\"send\"" : ",\"direction\":\"recv\"";
+    w.begin_object().key("peer").value(p.peer).key("direction").value(p.send ? "send" : "recv");
     const std::size_t first = p.send ? 0 : 3;
     for (std::size_t k = 0; k < 3; ++k) {
-      out += ",\"";
-      out += proxy_wait_names[first + k];
-      out += "_ns\":";
-      append_int(out, p.wait_ns[k]);
+      char name[48];
+      const std::string_view wait = proxy_wait_names[first + k];
+      const std::size_t n = wait.copy(name, sizeof name - 3);
+      std::string_view("_ns").copy(name + n, 3);
+      w.key(std::string_view(name, n + 3)).value(p.wait_ns[k]);
     }
-    out += ",\"bytes\":";
-    append_int(out, p.bytes);
-    out += ",\"steps\":";
-    append_int(out, p.steps);
-    out += '}';
+    w.key("bytes").value(p.bytes).key("steps").value(p.steps).end_object();
   }
-  if (any) out += "]}}\n";
+  if (any) {
+    w.end_array().end_object().end_object();
+    out += '\n';
+  }
 }
 
 }  // namespace ncclinsp::format

@@ -22,7 +22,7 @@
 #include "ncclinsp/bucketing.hpp"
 #include "ncclinsp/format/catalogue.hpp"
 #include "ncclinsp/format/series.hpp"
-#include "ncclinsp/format/text.hpp"
+#include "ncclinsp/format/json_writer.hpp"
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/snapshot.hpp"
 #include "ncclinsp/version.hpp"
@@ -48,31 +48,11 @@ struct otlp_json_options {
 
 namespace detail {
 
-inline void json_key(std::string& out, std::string_view k) {
-  out += '"';
-  out += k;
-  out += "\":";
-}
-inline void json_u64(std::string& out, std::uint64_t v) {  // int64/uint64/fixed64: a JSON string
-  out += '"';
-  append_int(out, v);
-  out += '"';
-}
-inline void json_double(std::string& out, double v) { append_double(out, std::isfinite(v) ? v : 0.0); }
-
-inline void json_attributes(std::string& out, const attribute_list& attrs) {
-  out += "\"attributes\":[";
-  bool first = true;
-  for (const auto& [k, v] : attrs) {
-    if (!first) out += ',';
-    first = false;
-    out += "{\"key\":";
-    append_json_string(out, k);
-    out += ",\"value\":{\"stringValue\":";
-    append_json_string(out, v);
-    out += "}}";
-  }
-  out += ']';
+inline void json_attributes(json_writer& w, const attribute_list& attrs) {
+  w.key("attributes").begin_array();
+  for (const auto& [k, v] : attrs)
+    w.begin_object().key("key").value(k).key("value").begin_object().key("stringValue").value(v).end_object().end_object();
+  w.end_array();
 }
 
 /// One metric being assembled: its data points are appended as JSON text.
@@ -82,53 +62,39 @@ struct otlp_metric {
   std::vector<std::string> points;
 };
 
-inline void point_header(std::string& p, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns, bool cumulative) {
-  p += '{';
-  json_attributes(p, attrs);
-  if (cumulative) {
-    p += ',';
-    json_key(p, "startTimeUnixNano");
-    json_u64(p, start_ns);
-  }
-  p += ',';
-  json_key(p, "timeUnixNano");
-  json_u64(p, now_ns);
+/// Opens a data point's object and writes its attributes and times; the caller adds the value.
+/// Times and 64-bit counts are int64/uint64/fixed64 in the protobuf: JSON strings (quoted()).
+inline void point_header(json_writer& w, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns, bool cumulative) {
+  w.begin_object();
+  json_attributes(w, attrs);
+  if (cumulative) w.key("startTimeUnixNano").quoted(start_ns);
+  w.key("timeUnixNano").quoted(now_ns);
 }
 
 inline void number_point(otlp_metric& m, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns, double v) {
   std::string p;
+  json_writer w(p);
   const bool cumulative = m.kind == otlp_metric::sum_int || m.kind == otlp_metric::sum_double;
-  point_header(p, attrs, start_ns, now_ns, cumulative);
-  if (m.kind == otlp_metric::sum_int || m.kind == otlp_metric::gauge_int) {
-    p += ",\"asInt\":";
-    json_u64(p, v > 0 ? static_cast<std::uint64_t>(std::llround(v)) : 0);
-  } else {
-    p += ",\"asDouble\":";
-    json_double(p, v);
-  }
-  p += '}';
+  point_header(w, attrs, start_ns, now_ns, cumulative);
+  if (m.kind == otlp_metric::sum_int || m.kind == otlp_metric::gauge_int)
+    w.key("asInt").quoted(v > 0 ? static_cast<std::uint64_t>(std::llround(v)) : 0);
+  else
+    w.key("asDouble").value(v);
+  w.end_object();
   m.points.push_back(std::move(p));
 }
 
-inline void write_metric(std::string& out, const otlp_metric& m) {
-  out += "{\"name\":";
-  append_json_string(out, m.name);
-  out += ",\"description\":";
-  append_json_string(out, m.description);
-  out += ",\"unit\":";
-  append_json_string(out, m.unit);
+inline void write_metric(json_writer& w, const otlp_metric& m) {
+  w.begin_object().key("name").value(m.name).key("description").value(m.description).key("unit").value(m.unit);
   const bool sum = m.kind == otlp_metric::sum_int || m.kind == otlp_metric::sum_double;
   const bool hist = m.kind == otlp_metric::histogram;
-  out += sum ? ",\"sum\":{" : hist ? ",\"histogram\":{" : ",\"gauge\":{";
-  out += "\"dataPoints\":[";
-  for (std::size_t i = 0; i < m.points.size(); ++i) {
-    if (i) out += ',';
-    out += m.points[i];
-  }
-  out += ']';
-  if (sum) out += ",\"aggregationTemporality\":2,\"isMonotonic\":true";
-  if (hist) out += ",\"aggregationTemporality\":2";
-  out += "}}";
+  w.key(sum ? "sum" : hist ? "histogram" : "gauge").begin_object();
+  w.key("dataPoints").begin_array();
+  for (const auto& p : m.points) w.raw(p);
+  w.end_array();
+  if (sum || hist) w.key("aggregationTemporality").value(2);
+  if (sum) w.key("isMonotonic").value(true);
+  w.end_object().end_object();
 }
 
 }  // namespace detail
@@ -160,27 +126,22 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
         continue;
       }
       std::string p;
-      point_header(p, r.labels, start, now, true);
+      json_writer w(p);
+      point_header(w, r.labels, start, now, true);
       std::uint64_t count = 0;
       for (auto c : r.stats.hist) count += c;
-      p += ",\"count\":";
-      json_u64(p, count);
-      p += ",\"sum\":";
-      json_double(p, static_cast<double>(r.stats.busy_ns) * 1e-9);
-      p += ",\"bucketCounts\":[";
+      w.key("count").quoted(count);
+      w.key("sum").value(static_cast<double>(r.stats.busy_ns) * 1e-9);
+      w.key("bucketCounts").begin_array();
       std::size_t from = 0;  // each kept bucket counts the full buckets since the previous kept one
       for (std::size_t k = 0; k < hist_buckets.size(); ++k) {
         std::uint64_t n = 0;
         for (; from <= hist_buckets[k]; ++from) n += r.stats.hist[from];
-        if (k) p += ',';
-        json_u64(p, n);
+        w.quoted(n);
       }
-      p += "],\"explicitBounds\":[";
-      for (std::size_t k = 0; k + 1 < hist_buckets.size(); ++k) {
-        if (k) p += ',';
-        json_double(p, static_cast<double>(duration_bounds_ns[hist_buckets[k]]) * 1e-9);
-      }
-      p += "]}";
+      w.end_array().key("explicitBounds").begin_array();
+      for (std::size_t k = 0; k + 1 < hist_buckets.size(); ++k) w.value(static_cast<double>(duration_bounds_ns[hist_buckets[k]]) * 1e-9);
+      w.end_array().end_object();
       m.points.push_back(std::move(p));
     }
   }
@@ -188,19 +149,15 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
   // ---- the request -----------------------------------------------------------------------------
   std::string out;
   out.reserve(4096);
-  out += "{\"resourceMetrics\":[{\"resource\":{";
-  json_attributes(out, o.resource);
-  out += "},\"scopeMetrics\":[{\"scope\":{\"name\":";
-  append_json_string(out, o.scope_name);
-  out += ",\"version\":\"" NCCLINSP_VERSION_STRING "\"},\"metrics\":[";
-  bool first = true;
-  for (const auto& m : metrics) {
-    if (m.points.empty()) continue;
-    if (!first) out += ',';
-    first = false;
-    write_metric(out, m);
-  }
-  out += "]}]}]}";
+  json_writer w(out);
+  w.begin_object().key("resourceMetrics").begin_array().begin_object().key("resource").begin_object();
+  json_attributes(w, o.resource);
+  w.end_object().key("scopeMetrics").begin_array().begin_object();
+  w.key("scope").begin_object().key("name").value(o.scope_name).key("version").value(NCCLINSP_VERSION_STRING).end_object();
+  w.key("metrics").begin_array();
+  for (const auto& m : metrics)
+    if (!m.points.empty()) write_metric(w, m);
+  w.end_array().end_object().end_array().end_object().end_array().end_object();
   return out;
 }
 

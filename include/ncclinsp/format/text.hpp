@@ -1,5 +1,6 @@
 #pragma once
-/// Text helpers shared by the serializers: locale-independent numbers, UTF-8 repair, escaping.
+/// Text helpers shared by the serializers: locale-independent numbers, UTF-8 repair, Prometheus
+/// label escaping (JSON strings: format/json_writer.hpp).
 /// Thread-safety: pure functions appending to a caller-owned string (cold path).
 /// Digits are appended as (pointer, count), not as an iterator pair: the latter goes through
 /// basic_string::replace, whose aliasing branch GCC 12 at -O3 misreads as an overlapping memcpy
@@ -26,6 +27,14 @@ inline void append_fixed(std::string& out, double v, int decimals) {
   if (!std::isfinite(v)) v = 0;
   char buf[96];
   auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+/// Appends a double as printf's %.<precision>g would (an ostream's default); NaN and Inf as 0.
+inline void append_general(std::string& out, double v, int precision) {
+  if (!std::isfinite(v)) v = 0;
+  char buf[96];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, precision);
   out.append(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
@@ -77,34 +86,6 @@ inline void append_label_value(std::string& out, std::string_view v) {
       default: out += ch;
     }
   }
-}
-
-/// JSON string body escaping (quotes not included); input must already be valid UTF-8.
-inline void append_json_escaped(std::string& out, std::string_view v) {
-  for (char ch : v) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          out += "\\u00";
-          out += "0123456789abcdef"[c >> 4];
-          out += "0123456789abcdef"[c & 15];
-        } else {
-          out += ch;
-        }
-    }
-  }
-}
-
-inline void append_json_string(std::string& out, std::string_view v) {
-  out += '"';
-  append_json_escaped(out, sanitize_utf8(v, 4096));
-  out += '"';
 }
 
 }  // namespace ncclinsp::format
