@@ -1,4 +1,4 @@
-// CallbackSink: a lambda receives each snapshot on the exporter thread and prints the window's bus
+// callback_sink: a lambda receives each snapshot on the exporter thread and prints the window's bus
 // bandwidth per collective and size bucket (what an in-house dashboard agent would forward).
 #include <ncclinsp/inspector.hpp>
 #include <ncclinsp/sinks/callback_sink.hpp>
@@ -16,7 +16,7 @@ int main() {
       if (!w.bw_count) continue;
       const auto& comm = snap.comms[cell.comm].desc;
       std::printf("%-10s %-14s %-10s %8.1f GB/s  (%llu ops, mean %.1f us)\n", comm.name.c_str(), std::string(ncclinsp::to_string(cell.fn)).c_str(),
-                  ncclinsp::inspector_bucketer::label(cell.size_index).c_str(), std::exp(w.log_busbw_sum / static_cast<double>(w.bw_count)),
+                  ncclinsp::inspector_bucketer::label(cell.size_index).c_str(), w.geomean_busbw_gbs(),
                   static_cast<unsigned long long>(w.ops), static_cast<double>(w.busy_ns) / static_cast<double>(w.valid_ops()) / 1e3);
       ++*lines;
     }

@@ -56,7 +56,7 @@ struct pow2_bucketer {
 struct inspector_bucketer {
   static constexpr std::uint32_t bucket_count = 5 * 1024;  // nominal; TB floors beyond 1023 exist
   static constexpr std::uint32_t index(std::uint64_t bytes) noexcept {
-    const int w = std::bit_width(bytes);
+    const int w = static_cast<int>(std::bit_width(bytes));
     std::uint32_t unit = w > 10 ? static_cast<std::uint32_t>((w - 1) / 10) : 0;
     if (unit > 4) unit = 4;
     std::uint64_t fl = bytes >> (10 * unit);

@@ -35,9 +35,12 @@
 
 namespace ncclinsp {
 
+/// The default time between exports, of exporter_options and inspector_options alike.
+inline constexpr std::chrono::milliseconds default_export_interval{std::chrono::seconds(10)};
+
 struct exporter_options {
   /// Time between exports; zero or negative exports only at flush() and stop().
-  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds interval{default_export_interval};
   log_fn log{};
   /// Called on the exporter thread with each snapshot before the sinks see it (e.g. a
   /// change_detector adding its gauges and events). Must not throw for long: an exception skips
@@ -119,6 +122,15 @@ class exporter {
   bool wait_finished(std::chrono::milliseconds timeout) {
     std::unique_lock lk(st_->mu);
     return st_->done_cv.wait_for(lk, timeout, [&] { return st_->finished; });
+  }
+
+  /// The first sink that is an S (any_sink::target), or nullptr; valid while the exporter lives.
+  /// The exporter thread uses it: see any_sink::target for what another thread may call.
+  template <class S>
+  S* find_sink() noexcept {
+    for (auto& k : st_->sinks)
+      if (S* p = k.template target<S>()) return p;
+    return nullptr;
   }
 
   /// Number of exports written so far (tests, health).

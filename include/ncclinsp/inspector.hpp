@@ -7,7 +7,8 @@
 /// Thread-safety: every member may be called from any thread. Hot path (record, begin, end,
 /// cancel): noexcept, no lock, no allocation after a thread's first record (its collector shard),
 /// a few relaxed atomics; record() IS collector::record. Cold path: construction, add_comm,
-/// remove_comm, flush, add_poller, destruction (a final export, then sink shutdown).
+/// remove_comm, flush, add_poller, shutdown/destruction (a final export, then sink shutdown, bounded
+/// by a timeout).
 ///
 /// \code
 /// ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = "/var/lib/node_exporter"})),
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/comm_hash.hpp"
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/detail/host.hpp"
@@ -46,7 +48,7 @@ namespace ncclinsp {
 
 /// Builds a sink list from sink objects (any_sink is move-only, so a braced list cannot hold it).
 /// Cold path.
-template <sink... S>
+template <class... S>  // any_sink says what a type lacks (write() not noexcept, ...)
 std::vector<any_sink> make_sinks(S&&... s) {
   std::vector<any_sink> v;
   v.reserve(sizeof...(S));
@@ -57,8 +59,8 @@ std::vector<any_sink> make_sinks(S&&... s) {
 /// Settings of an inspector. Designated initialisers: `{.sinks = ..., .interval = ...}`.
 struct inspector_options {
   std::vector<any_sink> sinks{};
-  /// Time between exports; zero exports only at flush() and destruction.
-  std::chrono::milliseconds interval{std::chrono::seconds(10)};
+  /// Time between exports; zero exports only at flush() and destruction (the exporter's default).
+  std::chrono::milliseconds interval{default_export_interval};
   /// node / slurm_job_id / user labels of every series (`abi` stays "embedded").
   process_identity identity = default_identity();
   /// false: record/begin/end return at once and nothing is exported (NCCL_INSPECTOR_ENABLE=0).
@@ -82,6 +84,8 @@ struct inspector_options {
   /// is caught and logged.
   std::function<void(const busbw_event&)> on_busbw_event{};
   log_fn log{};
+  /// The destructor's bound on the final export and the sinks' shutdown (see basic_inspector::shutdown).
+  std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
 
   /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
   static process_identity default_identity() {
@@ -93,7 +97,7 @@ struct inspector_options {
   }
 
   /// The plugin's configuration (options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
-  /// an inspector: the same sinks in the same directory (PromTextfileSink / JsonSink), or the OTLP
+  /// an inspector: the same sinks in the same directory (prom_textfile_sink / json_sink), or the OTLP
   /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
   /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
   /// OTLP is opt-in: pass `otlp` = ncclinsp::make_otlp_http_sink (<ncclinsp/sinks/otlp_http_sink.hpp>);
@@ -125,7 +129,7 @@ struct inspector_options {
 /// What a framework knows about a communicator on this rank (cold, once per communicator).
 struct comm_info {
   std::string name{};       ///< commName label ("unknown" when empty)
-  std::uint64_t hash = 0;   ///< equal on all ranks (e.g. a hash of ncclUniqueId); the comm_hash label
+  std::uint64_t hash = 0;   ///< equal on all ranks: comm_hash_of_unique_id(id) (comm_hash.hpp); the comm_hash label
   int rank = 0;
   int nranks = 1;
   int nnodes = 1;
@@ -151,24 +155,14 @@ class basic_inspector {
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
   explicit basic_inspector(inspector_options o = {})
       : opts_(std::move(o)),
-        col_(collector_options{.record_ring_capacity = opts_.record_ring_capacity, .user_tag_label = opts_.user_tag_label,
-                               .identity = with_embedded_abi(opts_.identity), .retired_retention = opts_.retired_retention}),
-        extras_(new std::atomic<comm_extra*>[Traits::max_comms]()),
-        detector_(opts_.detector) {
-    source_.self = this;
+        core_(std::make_shared<core>(opts_)),
+        col_(core_->col),
+        extras_(core_->extras.get()) {
     if (!opts_.enabled) return;
-    auto prepare = [this](snapshot& s) {
-      detector_.update(s);
-      if (!opts_.on_busbw_event) return;
-      for (const auto& e : s.busbw_events) {
-        try {
-          opts_.on_busbw_event(e);
-        } catch (...) {
-          emit(opts_.log, log_level::warn, "the on_busbw_event callback threw; ignored");
-        }
-      }
-    };
-    ex_ = std::make_unique<exporter<source>>(source_, std::move(opts_.sinks),
+    // The exporter state owns a reference to the core (through `prepare`), so a thread detached by
+    // a shutdown() that timed out finishes on live data after the inspector is gone.
+    auto prepare = [c = core_](snapshot& s) { c->prepare(s); };
+    ex_ = std::make_unique<exporter<source>>(core_->src, std::move(opts_.sinks),
                                              exporter_options{.interval = opts_.interval, .log = opts_.log, .prepare = std::move(prepare)});
     ex_->start();
   }
@@ -176,11 +170,21 @@ class basic_inspector {
   /// The same, configured from the plugin's environment variables (see inspector_options::from_env).
   static basic_inspector from_env(const log_fn& log = {}) { return basic_inspector(inspector_options::from_env(log)); }
 
-  /// Final export (all ops recorded so far), sink shutdown, join. Waits for the sinks (an OTLP sink is
-  /// bounded by its timeout).
-  ~basic_inspector() {
-    if (ex_) ex_->stop(std::chrono::milliseconds::max());
-    for (std::uint32_t i = 0; i < Traits::max_comms; ++i) delete extras_[i].load(std::memory_order_relaxed);
+  /// shutdown(inspector_options::shutdown_timeout): bounded, never waits for a stuck sink longer.
+  ~basic_inspector() { shutdown(opts_.shutdown_timeout); }
+
+  /// Final export (every op recorded so far), each sink's shutdown(), join; once (later calls
+  /// return the first result). Returns true when that finished within `timeout`; false when it
+  /// did not (a sink blocks): the exporter thread is then left to finish on its own, with the
+  /// sinks and the collector it uses, which it frees when done. Afterwards flush() returns false
+  /// and recorded ops are no longer exported. True when disabled.
+  bool shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(10)) noexcept {
+    std::lock_guard lk(shutdown_mu_);
+    if (!shut_) {
+      shut_ = true;
+      flushed_ = !ex_ || ex_->stop(timeout);
+    }
+    return flushed_;
   }
   basic_inspector(const basic_inspector&) = delete;
   basic_inspector& operator=(const basic_inspector&) = delete;
@@ -196,8 +200,8 @@ class basic_inspector {
     if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
     const comm_handle h = col_.add_comm({.name = std::move(c.name), .hash = c.hash, .rank = c.rank, .nranks = c.nranks > 0 ? c.nranks : 1,
                                          .nnodes = c.nnodes > 0 ? c.nnodes : 1, .device = c.device, .uuid = std::move(c.uuid)},
-                                        [this](comm_handle slot) {
-                                          const comm_extra* e = extras_[slot].load(std::memory_order_acquire);
+                                        [x = extras_](comm_handle slot) {  // exporter thread: the core's table, not `this`
+                                          const comm_extra* e = x[slot].load(std::memory_order_acquire);
                                           return e ? e->oldest() : std::uint64_t{0};
                                         });
     if (h == invalid_comm) return h;
@@ -282,17 +286,29 @@ class basic_inspector {
   /// Runs the pollers and exports now; waits up to `timeout`. False when disabled or timed out.
   bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) { return ex_ && ex_->flush(timeout); }
 
+  /// The first sink given in inspector_options::sinks that is an S (exactly: e.g.
+  /// find_sink<ncclinsp::json_sink>()), or nullptr. Valid while the inspector lives. The exporter
+  /// thread calls the sink: from another thread call only what the sink documents as thread-safe
+  /// (otlp_http_sink::stats()), or read it after flush() returned and before the next export.
+  template <class S>
+  S* find_sink() noexcept {
+    if (ex_) return ex_->template find_sink<S>();
+    for (auto& k : opts_.sinks)  // disabled: the sinks were never handed to an exporter
+      if (S* p = k.template target<S>()) return p;
+    return nullptr;
+  }
+
   /// Registers a function the exporter thread calls before every snapshot (e.g. a CUDA event
   /// timer's resolver). Returns an id for remove_poller. The function must not throw for long.
   std::uint64_t add_poller(std::function<void()> fn) {
-    std::lock_guard lk(poll_mu_);
-    pollers_.emplace_back(++poller_ids_, std::move(fn));
-    return poller_ids_;
+    std::lock_guard lk(core_->poll_mu);
+    core_->pollers.emplace_back(++core_->poller_ids, std::move(fn));
+    return core_->poller_ids;
   }
   /// Unregisters a poller; once it returns, the poller is not running and will not run again.
   void remove_poller(std::uint64_t id) {
-    std::lock_guard lk(poll_mu_);
-    std::erase_if(pollers_, [id](const auto& p) { return p.first == id; });
+    std::lock_guard lk(core_->poll_mu);
+    std::erase_if(core_->pollers, [id](const auto& p) { return p.first == id; });
   }
 
   /// The underlying collector (snapshots in tests, extra instrumentation). take_snapshot() must not
@@ -310,26 +326,68 @@ class basic_inspector {
   /// Per-communicator in-flight table (the plugin's, detail/inflight_table.hpp), kept until destruction.
   using comm_extra = detail::inflight_table<inflight_slot>;
 
+  struct core;
   /// What the exporter snapshots: runs the pollers, then the collector.
   struct source {
-    basic_inspector* self = nullptr;
+    core* self = nullptr;
     snapshot take_snapshot(bool final) {
       {
-        std::lock_guard lk(self->poll_mu_);
-        for (auto& [id, fn] : self->pollers_) {
+        std::lock_guard lk(self->poll_mu);
+        for (auto& [id, fn] : self->pollers) {
           try {
             fn();
           } catch (...) {
-            emit(self->opts_.log, log_level::warn, "an inspector poller threw; ignored");
+            emit(self->log, log_level::warn, "an inspector poller threw; ignored");
           }
         }
       }
-      return self->col_.take_snapshot(final);
+      return self->col.take_snapshot(final);
     }
     // Records drained between exports when a ring reaches its high-water mark (see exporter).
-    auto& doorbell() noexcept { return self->col_.doorbell(); }
-    bool records_pending() const noexcept { return self->col_.records_pending(); }
-    void take_records(snapshot& s, std::uint64_t max_records = UINT64_MAX) { self->col_.take_records(s, max_records); }
+    auto& doorbell() noexcept { return self->col.doorbell(); }
+    bool records_pending() const noexcept { return self->col.records_pending(); }
+    void take_records(snapshot& s, std::uint64_t max_records = UINT64_MAX) { self->col.take_records(s, max_records); }
+  };
+
+  /// What the exporter thread uses, shared with it: it outlives the inspector when shutdown() timed out.
+  struct core {
+    explicit core(const inspector_options& o)
+        : col(collector_options{.record_ring_capacity = o.record_ring_capacity, .user_tag_label = o.user_tag_label,
+                                .identity = with_embedded_abi(o.identity), .retired_retention = o.retired_retention}),
+          extras(new std::atomic<comm_extra*>[Traits::max_comms]()),
+          detector(o.detector),
+          on_busbw_event(o.on_busbw_event),
+          log(o.log) {
+      src.self = this;
+    }
+    ~core() {
+      for (std::uint32_t i = 0; i < Traits::max_comms; ++i) delete extras[i].load(std::memory_order_relaxed);
+    }
+    core(const core&) = delete;
+    core& operator=(const core&) = delete;
+
+    /// Exporter thread, each snapshot: change detection, then the event callback.
+    void prepare(snapshot& s) {
+      detector.update(s);
+      if (!on_busbw_event) return;
+      for (const auto& e : s.busbw_events) {
+        try {
+          on_busbw_event(e);
+        } catch (...) {
+          emit(log, log_level::warn, "the on_busbw_event callback threw; ignored");
+        }
+      }
+    }
+
+    collector_type col;
+    std::unique_ptr<std::atomic<comm_extra*>[]> extras;
+    std::mutex poll_mu;
+    std::vector<std::pair<std::uint64_t, std::function<void()>>> pollers;
+    std::uint64_t poller_ids = 0;
+    change_detector detector;  // exporter thread only
+    std::function<void(const busbw_event&)> on_busbw_event;
+    log_fn log;
+    source src;
   };
 
   static process_identity with_embedded_abi(process_identity id) {
@@ -355,13 +413,11 @@ class basic_inspector {
   }
 
   inspector_options opts_;
-  collector_type col_;
-  std::unique_ptr<std::atomic<comm_extra*>[]> extras_;
-  std::mutex poll_mu_;
-  std::vector<std::pair<std::uint64_t, std::function<void()>>> pollers_;
-  std::uint64_t poller_ids_ = 0;
-  change_detector detector_;  // exporter thread only
-  source source_;
+  std::shared_ptr<core> core_;
+  collector_type& col_;                   // core_->col (the hot path's one indirection)
+  std::atomic<comm_extra*>* extras_;      // core_->extras
+  std::mutex shutdown_mu_;
+  bool shut_ = false, flushed_ = false;
   std::unique_ptr<exporter<source>> ex_;  // last member: stopped first (destructor) while the rest lives
 };
 

@@ -5,6 +5,7 @@
 /// by const reference and must not keep references past write().
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -53,9 +54,15 @@ struct cell_stats {
   std::uint64_t busy_ns = 0;
   std::uint64_t bw_count = 0;   ///< ops with busbw > 0 (geometric-mean denominator)
   double bus_bytes = 0;
-  double log_busbw_sum = 0;     ///< sum of ln(busbw GB/s)
+  double log_busbw_sum = 0;     ///< sum of ln(busbw GB/s); read it through geomean_busbw_gbs()
   std::array<std::uint64_t, duration_buckets> hist{};  ///< non-cumulative counts
   std::uint64_t valid_ops() const noexcept { return ops - invalid; }
+  /// Geometric mean of the ops' bus bandwidths in GB/s (GB = 1e9 bytes, nccl-tests factors): what
+  /// Inspector's nccl_bus_bandwidth_gbs reports for a window. 0 without a measured op.
+  double geomean_busbw_gbs() const noexcept { return bw_count ? std::exp(log_busbw_sum / static_cast<double>(bw_count)) : 0.0; }
+  /// Bus bytes over busy time in GB/s (GB = 1e9 bytes): what
+  /// rate(ncclinsp_bus_bytes_total) / rate(ncclinsp_busy_seconds_total) / 1e9 gives. 0 without busy time.
+  double busbw_gbs() const noexcept { return busy_ns ? bus_bytes / static_cast<double>(busy_ns) : 0.0; }
 };
 
 /// The fields of cell_stats, listed once: calls f(a.x, b.x) for every field x (the histogram

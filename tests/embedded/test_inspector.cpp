@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,6 +16,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ncclinsp/cuda/event_timer.hpp"
@@ -21,6 +25,8 @@
 #include "ncclinsp/inspector.hpp"
 #include "plugin_harness.hpp"
 #include "ncclinsp/sinks/callback_sink.hpp"
+#include "ncclinsp/sinks/json_sink.hpp"
+#include "ncclinsp/sinks/prom_textfile_sink.hpp"
 
 using namespace ncclinsp;
 using namespace ncclinsp_test;
@@ -257,6 +263,135 @@ TEST_CASE("inspector: concurrent recording threads, disabled inspector, from_env
   });
   CHECK(!o2.enabled);
   CHECK(o2.sinks.empty());
+}
+
+namespace {
+/// A sink whose write() blocks until the test opens the gate (a hung filesystem or collector).
+struct gate_state {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> writes{0};
+  std::atomic<std::uint64_t> last_ops{0};
+  std::atomic<bool> shut{false};
+};
+struct blocking_sink {
+  std::shared_ptr<gate_state> g;
+  export_result write(const snapshot& s) noexcept {
+    std::unique_lock lk(g->mu);
+    g->cv.wait(lk, [&] { return g->open; });
+    std::uint64_t ops = 0;
+    for (const auto& c : s.cells) ops += c.total.ops;
+    g->last_ops = ops;
+    ++g->writes;
+    return export_result::success;
+  }
+  void shutdown() noexcept { g->shut = true; }
+};
+/// A sink with state the test reads back through find_sink.
+struct counting_sink {
+  int writes = 0;
+  export_result write(const snapshot&) noexcept {
+    ++writes;
+    return export_result::success;
+  }
+};
+}  // namespace
+
+TEST_CASE("inspector: shutdown(timeout) is bounded when a sink blocks, the final export lands later", "[embedded]") {
+  auto g = std::make_shared<gate_state>();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    inspector insp({.sinks = make_sinks(blocking_sink{g}), .interval = std::chrono::milliseconds(0),
+                    .shutdown_timeout = std::chrono::milliseconds(50)});
+    const comm_handle h = insp.add_comm({.name = "x", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
+    for (int i = 0; i < 3; ++i) insp.record(h, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 1000));
+    CHECK(!insp.shutdown(std::chrono::milliseconds(100)));  // the final write blocks
+    CHECK(!insp.shutdown(std::chrono::milliseconds(100)));  // once: the first result
+    CHECK(!insp.flush(std::chrono::milliseconds(10)));
+    insp.record(h, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 1000));  // after shutdown: harmless
+  }  // the destructor does not wait again
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(g->writes == 0);
+  {
+    std::lock_guard lk(g->mu);
+    g->open = true;
+  }
+  g->cv.notify_all();
+  // The detached exporter thread finishes on its own data (ASan: no use after the inspector is gone).
+  for (int i = 0; i < 500 && !g->shut; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(g->shut);
+  CHECK(g->writes == 1);
+  CHECK(g->last_ops == 3);
+
+  // The destructor's default is bounded too (inspector_options::shutdown_timeout).
+  auto g2 = std::make_shared<gate_state>();
+  const auto t1 = std::chrono::steady_clock::now();
+  {
+    inspector insp({.sinks = make_sinks(blocking_sink{g2}), .interval = std::chrono::milliseconds(0),
+                    .shutdown_timeout = std::chrono::milliseconds(100)});
+  }
+  const auto waited = std::chrono::steady_clock::now() - t1;
+  CHECK(waited >= std::chrono::milliseconds(100));
+  CHECK(waited < std::chrono::seconds(5));
+  {
+    std::lock_guard lk(g2->mu);
+    g2->open = true;
+  }
+  g2->cv.notify_all();
+  for (int i = 0; i < 500 && !g2->shut; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(g2->shut);
+
+  // A sink that does not block: shutdown() reports the final export done in time.
+  auto g3 = std::make_shared<gate_state>();
+  g3->open = true;
+  inspector ok({.sinks = make_sinks(blocking_sink{g3}), .interval = std::chrono::milliseconds(0)});
+  CHECK(ok.shutdown(std::chrono::seconds(30)));
+  CHECK(g3->writes == 1);
+  CHECK(g3->shut);
+}
+
+TEST_CASE("inspector: sinks are reachable after being moved in (find_sink, any_sink::target)", "[embedded]") {
+  inspector insp({.sinks = make_sinks(counting_sink{}, prom_textfile_sink({.dir = fresh_dir("find_sink")})),
+                  .interval = std::chrono::milliseconds(0)});
+  counting_sink* c = insp.find_sink<counting_sink>();
+  REQUIRE(c != nullptr);
+  CHECK(insp.find_sink<prom_textfile_sink>() != nullptr);
+  CHECK(insp.find_sink<json_sink>() == nullptr);
+  REQUIRE(insp.flush());
+  CHECK(c->writes == 1);  // read after flush() returned
+  REQUIRE(insp.flush());
+  CHECK(c->writes == 2);
+  CHECK(insp.find_sink<prom_textfile_sink>()->failed_exports() == 0);
+
+  any_sink a(counting_sink{});
+  CHECK(a.target<counting_sink>() != nullptr);
+  CHECK(a.target<blocking_sink>() == nullptr);
+  CHECK(std::as_const(a).target<counting_sink>()->writes == 0);
+
+  inspector off({.sinks = make_sinks(counting_sink{}), .enabled = false});  // disabled: still reachable
+  CHECK(off.find_sink<counting_sink>() != nullptr);
+}
+
+TEST_CASE("comm_hash_of_unique_id: NCCL's commHash of an ncclUniqueId (DJB2a over its 128 bytes)", "[embedded]") {
+  struct fake_unique_id {
+    char internal[128];
+  };
+  fake_unique_id zero{}, a{}, b{};
+  for (int i = 0; i < 128; ++i) {
+    a.internal[i] = static_cast<char>(i);
+    b.internal[i] = static_cast<char>(255 - i);
+  }
+  // Reference values from an independent implementation (Python) of NCCL's getHash.
+  CHECK(comm_hash_of_unique_id(zero) == 0x90116b2eaa8b6505ull);
+  CHECK(comm_hash_of_unique_id(a) == 0xbf47c767cbdf3105ull);
+  // Bytes above 127: NCCL XORs the char, sign-extended where char is signed (x86), not where unsigned (Arm).
+  CHECK(comm_hash_of_unique_id(b) == (std::is_signed_v<char> ? 0x0ef65392009eb905ull : 0xb4bef0506d8cb105ull));
+  CHECK(comm_hash_of_unique_id(a.internal, sizeof a.internal) == comm_hash_of_unique_id(a));
+  fake_unique_id a2 = a;  // every rank holding the same id gets the same hash; one byte changes it
+  CHECK(comm_hash_of_unique_id(a2) == comm_hash_of_unique_id(a));
+  a2.internal[127] = 1;
+  CHECK(comm_hash_of_unique_id(a2) != comm_hash_of_unique_id(a));
 }
 
 TEST_CASE("event timer: resolves on the exporter thread from event times, in order, never blocking", "[embedded][cuda]") {

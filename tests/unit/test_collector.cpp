@@ -58,6 +58,11 @@ TEST_CASE("record accumulates counters, histogram and window", "[collector]") {
   CHECK(c.window.ops == 2);
   // geometric mean of 12.582912 and 25.165824 GB/s
   CHECK(std::exp(c.window.log_busbw_sum / static_cast<double>(c.window.bw_count)) == Approx(std::sqrt(12.582912 * 25.165824)));
+  CHECK(c.window.geomean_busbw_gbs() == Approx(std::sqrt(12.582912 * 25.165824)));
+  // bus bytes over busy time: 2 * 1.5 * 4 MiB in 750 us
+  CHECK(c.total.busbw_gbs() == Approx(2 * 1.5 * (4 << 20) / 750'000.0));
+  CHECK(cell_stats{}.geomean_busbw_gbs() == 0);
+  CHECK(cell_stats{}.busbw_gbs() == 0);
   CHECK(c.total.hist[duration_bucket(500'000)] == 1);
   CHECK(c.total.hist[duration_bucket(250'000)] == 1);
   CHECK(s1.comms[0].completed == 2);

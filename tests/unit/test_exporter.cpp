@@ -48,7 +48,7 @@ TEST_CASE("exporter exports periodically, on flush, and a final snapshot on stop
   std::mutex mu;
   std::vector<std::pair<std::uint64_t, bool>> seen;  // (ops, final)
   std::vector<any_sink> sinks;
-  sinks.emplace_back(CallbackSink([&](const snapshot& s) {
+  sinks.emplace_back(callback_sink([&](const snapshot& s) {
     std::lock_guard lk(mu);
     seen.emplace_back(total_ops(s), s.final);
   }));
@@ -74,7 +74,7 @@ TEST_CASE("exporter honours short intervals", "[exporter]") {
   collector<> col;
   std::atomic<int> n{0};
   std::vector<any_sink> sinks;
-  sinks.emplace_back(CallbackSink([&](const snapshot&) { ++n; }));
+  sinks.emplace_back(callback_sink([&](const snapshot&) { ++n; }));
   exporter ex(col, std::move(sinks), {.interval = 20ms});
   ex.start();
   for (int i = 0; i < 500 && n < 3; ++i) std::this_thread::sleep_for(10ms);
@@ -113,7 +113,7 @@ TEST_CASE("an exporter that was never started still writes the final snapshot", 
   const auto h = col.add_comm({.name = "n", .nranks = 2, .uuid = "GPU-n"});
   int finals = 0;
   std::vector<any_sink> sinks;
-  sinks.emplace_back(CallbackSink([&](const snapshot& s) { finals += s.final && total_ops(s) == 1; }));
+  sinks.emplace_back(callback_sink([&](const snapshot& s) { finals += s.final && total_ops(s) == 1; }));
   exporter ex(col, std::move(sinks), {.interval = 0ms});
   col.record(h, ar(5));
   ex.stop();
@@ -181,7 +181,7 @@ TEST_CASE("records past a ring's high-water mark reach write_records between exp
   std::atomic<std::uint64_t> drained{0}, in_exports{0}, plain{0};
   std::vector<any_sink> sinks;
   sinks.emplace_back(record_taker{&drained, &in_exports});
-  sinks.emplace_back(CallbackSink([&](const snapshot& s) { plain += s.records.size(); }));
+  sinks.emplace_back(callback_sink([&](const snapshot& s) { plain += s.records.size(); }));
   CHECK(sinks[0].takes_records());
   CHECK_FALSE(sinks[1].takes_records());
   exporter ex(col, std::move(sinks), {.interval = 1h});

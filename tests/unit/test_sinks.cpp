@@ -60,10 +60,10 @@ bool is_regular(const std::string& p) {
 }
 }  // namespace
 
-TEST_CASE("PromTextfileSink writes one file per GPU, creating the directory", "[sink][prom]") {
+TEST_CASE("prom_textfile_sink writes one file per GPU, creating the directory", "[sink][prom]") {
   const auto dir = scratch_dir("a/b/prom");
   std::vector<std::string> logs;
-  PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  prom_textfile_sink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
   const auto snap = fixture::make_snapshot();
   CHECK(sink.write(snap) == export_result::success);
   const auto files = list_dir(dir);
@@ -75,11 +75,11 @@ TEST_CASE("PromTextfileSink writes one file per GPU, creating the directory", "[
   CHECK(logs.empty());
 }
 
-TEST_CASE("PromTextfileSink: a path that is a regular file warns once and recovers", "[sink][prom][faults]") {
+TEST_CASE("prom_textfile_sink: a path that is a regular file warns once and recovers", "[sink][prom][faults]") {
   const auto dir = scratch_dir("blocked");
   std::ofstream(dir) << "not a directory";
   std::vector<std::string> logs;
-  PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  prom_textfile_sink sink({.dir = dir, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
   const auto snap = fixture::make_snapshot();
   CHECK(sink.write(snap) == export_result::failure);
   CHECK(sink.write(snap) == export_result::failure);
@@ -125,10 +125,10 @@ TEST_CASE("Two writers of one file in one process (an old exporter and a re-init
   CHECK(list_dir(dir).size() == 1);  // no temporary file left behind
 }
 
-TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no temp file", "[sink][prom][faults]") {
+TEST_CASE("prom_textfile_sink: a full disk leaves the previous file intact and no temp file", "[sink][prom][faults]") {
   const auto dir = scratch_dir("full");
   const auto snap = fixture::make_snapshot();
-  PromTextfileSink({.dir = dir}).write(snap);
+  prom_textfile_sink({.dir = dir}).write(snap);
   const std::string file = dir + "/" + list_dir(dir)[0];
   const std::string before = fixture::slurp(file);
   // RLIMIT_FSIZE in a child process: writes past 512 bytes fail with EFBIG (SIGXFSZ is ignored).
@@ -137,7 +137,7 @@ TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no 
     struct rlimit rl {512, 512};
     ::setrlimit(RLIMIT_FSIZE, &rl);
     int warnings = 0;
-    PromTextfileSink sink({.dir = dir, .log = [&](log_level, std::string_view) { ++warnings; }});
+    prom_textfile_sink sink({.dir = dir, .log = [&](log_level, std::string_view) { ++warnings; }});
     const bool failed = sink.write(snap) == export_result::failure;
     ::_exit(failed && warnings == 1 ? 0 : 1);
   }
@@ -149,28 +149,28 @@ TEST_CASE("PromTextfileSink: a full disk leaves the previous file intact and no 
   for (const auto& f : list_dir(dir)) CHECK(f.find(".tmp") == std::string::npos);
 }
 
-TEST_CASE("PromTextfileSink removes its files at shutdown only when asked", "[sink][prom]") {
+TEST_CASE("prom_textfile_sink removes its files at shutdown only when asked", "[sink][prom]") {
   const auto dir = scratch_dir("rm");
   const auto snap = fixture::make_snapshot();
-  PromTextfileSink keep({.dir = dir});
+  prom_textfile_sink keep({.dir = dir});
   keep.write(snap);
   keep.shutdown();
   CHECK(list_dir(dir).size() == 2);
-  PromTextfileSink rm({.dir = dir, .remove_on_shutdown = true});
+  prom_textfile_sink rm({.dir = dir, .remove_on_shutdown = true});
   rm.write(snap);
   rm.shutdown();
   CHECK(list_dir(dir).empty());
 }
 
-TEST_CASE("JsonSink appends every record and a dump_stats line per communicator", "[sink][json]") {
+TEST_CASE("json_sink appends every record and a dump_stats line per communicator", "[sink][json]") {
   const auto dir = scratch_dir("json");
   const auto snap = fixture::make_snapshot();
   {
-    JsonSink sink({.dir = dir, .file_name = "ranks.log"});
+    json_sink sink({.dir = dir, .file_name = "ranks.log"});
     CHECK(sink.write(snap) == export_result::success);
   }
   {
-    JsonSink again({.dir = dir, .file_name = "ranks.log"});  // re-init must not truncate (Inspector does)
+    json_sink again({.dir = dir, .file_name = "ranks.log"});  // re-init must not truncate (Inspector does)
     CHECK(again.write(snap) == export_result::success);
   }
   const std::string text = fixture::slurp(dir + "/ranks.log");
@@ -181,11 +181,11 @@ TEST_CASE("JsonSink appends every record and a dump_stats line per communicator"
   CHECK(records == 2 * snap.records.size());
 }
 
-TEST_CASE("JsonSink keeps lines in memory while the directory is unusable, then writes them", "[sink][json][faults]") {
+TEST_CASE("json_sink keeps lines in memory while the directory is unusable, then writes them", "[sink][json][faults]") {
   const auto dir = scratch_dir("jfault");
   std::ofstream(dir) << "file in the way";
   int warnings = 0;
-  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
   const auto snap = fixture::make_snapshot();
   CHECK(sink.write(snap) == export_result::failure);
   CHECK(sink.write(snap) == export_result::failure);
@@ -197,10 +197,10 @@ TEST_CASE("JsonSink keeps lines in memory while the directory is unusable, then 
   CHECK(sink.dropped() == 0);
 }
 
-TEST_CASE("JsonSink rotation counts the records it discards", "[sink][json]") {
+TEST_CASE("json_sink rotation counts the records it discards", "[sink][json]") {
   const auto dir = scratch_dir("rot");
   const auto snap = fixture::make_snapshot();
-  JsonSink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
+  json_sink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
   for (int i = 0; i < 6; ++i) sink.write(snap);
   const std::size_t per_write = snap.records.size() + snap.comms.size();
   const std::size_t kept = count_lines(fixture::slurp(dir + "/r.log")) + count_lines(fixture::slurp(dir + "/r.log.1"));
@@ -213,11 +213,11 @@ TEST_CASE("JsonSink rotation counts the records it discards", "[sink][json]") {
   CHECK(fixture::slurp(dir + "/r.log").find("\"dropped_total\":") != std::string::npos);
 }
 
-TEST_CASE("CallbackSink catches exceptions and reports them", "[sink][callback]") {
+TEST_CASE("callback_sink catches exceptions and reports them", "[sink][callback]") {
   std::vector<std::string> logs;
   int calls = 0;
-  CallbackSink ok([&](const snapshot& s) { calls += static_cast<int>(s.comms.size()); });
-  CallbackSink bad([](const snapshot&) { throw std::runtime_error("telemetry down"); },
+  callback_sink ok([&](const snapshot& s) { calls += static_cast<int>(s.comms.size()); });
+  callback_sink bad([](const snapshot&) { throw std::runtime_error("telemetry down"); },
                    [&](log_level, std::string_view m) { logs.emplace_back(m); });
   const auto snap = fixture::make_snapshot();
   CHECK(ok.write(snap) == export_result::success);
@@ -255,7 +255,7 @@ TEST_CASE("Symlinks planted at the JSON file's name: refused with one warning, c
   const victim v;
   v.plant(dir + "/x.log");
   std::vector<std::string> warnings;
-  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view m) {
+  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view m) {
                    if (l == log_level::warn) warnings.emplace_back(m);
                  }});
   const auto snap = fixture::make_snapshot();
@@ -279,7 +279,7 @@ TEST_CASE("Symlinks planted at the rotated JSON name are replaced, never followe
   REQUIRE(detail::make_dirs(dir) == 0);
   const victim v;
   v.plant(dir + "/r.log.1");
-  JsonSink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
+  json_sink sink({.dir = dir, .file_name = "r.log", .max_file_bytes = 4000});
   const auto snap = fixture::make_snapshot();
   for (int i = 0; i < 4; ++i) CHECK(sink.write(snap) == export_result::success);
   CHECK(v.untouched());
@@ -306,7 +306,7 @@ TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never
   v.plant(dir + "/" + name);
   // The name this sink used before it had unpredictable suffixes, and the pid-only prefix of today's.
   v.plant(dir + "/." + name + ".tmp." + std::to_string(::getpid()));
-  PromTextfileSink sink({.dir = dir});
+  prom_textfile_sink sink({.dir = dir});
   CHECK(sink.write(snap) == export_result::success);
   CHECK(v.untouched());
   CHECK(is_regular(dir + "/" + name));
@@ -346,8 +346,8 @@ TEST_CASE("Symlink planted at the trace file's name is replaced, never followed"
 TEST_CASE("Directories the sinks create are 0755 at most, never world-writable", "[sink][symlink]") {
   const auto base = scratch_dir("mode");
   const mode_t old = ::umask(0);  // the most permissive umask: our own mode must hold
-  JsonSink json({.dir = base + "/j/k", .file_name = "x.log"});
-  PromTextfileSink prom({.dir = base + "/p/q"});
+  json_sink json({.dir = base + "/j/k", .file_name = "x.log"});
+  prom_textfile_sink prom({.dir = base + "/p/q"});
   const auto snap = fixture::make_snapshot();
   const bool ok = json.write(snap) == export_result::success && prom.write(snap) == export_result::success;
   ::umask(old);
@@ -363,19 +363,19 @@ TEST_CASE("Directories the sinks create are 0755 at most, never world-writable",
   CHECK((st.st_mode & 07777) == 0644);
 }
 
-TEST_CASE("JsonSink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest", "[sink][json][faults]") {
+TEST_CASE("json_sink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest", "[sink][json][faults]") {
   CHECK(json_sink_options{}.max_pending_bytes == 64ull << 20);  // the documented cap
   const auto snap = fixture::make_snapshot();
   // Bytes of one export (every communicator of the fixture has records: same lines each time).
   const auto probe_dir = scratch_dir("jprobe");
-  JsonSink probe({.dir = probe_dir, .file_name = "p.log"});
+  json_sink probe({.dir = probe_dir, .file_name = "p.log"});
   REQUIRE(probe.write(snap) == export_result::success);
   const std::size_t per_write_bytes = fixture::slurp(probe_dir + "/p.log").size();
   const std::size_t per_write_lines = snap.records.size() + snap.comms.size();
   REQUIRE(per_write_bytes > 0);
   const auto dir = scratch_dir("jcap");
   std::ofstream(dir) << "file in the way";
-  JsonSink sink({.dir = dir, .file_name = "x.log"});
+  json_sink sink({.dir = dir, .file_name = "x.log"});
   const std::size_t fits = (64ull << 20) / per_write_bytes;  // whole exports that fit the cap
   std::size_t writes = 0;
   while (sink.dropped() == 0 && writes < fits + 10) {
@@ -394,7 +394,7 @@ TEST_CASE("JsonSink holds at most 64 MiB of lines while the directory is unusabl
   CHECK(count_lines(text) + dropped == (writes + 1) * per_write_lines);  // kept + counted = written
 }
 
-TEST_CASE("JsonSink on a full disk (small tmpfs): only whole lines in the file, the rest written when space is back", "[sink][json][faults]") {
+TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file, the rest written when space is back", "[sink][json][faults]") {
   const auto dir = scratch_dir("jfull");
   ::mkdir(dir.c_str(), 0755);
   // The test command runs as root: a mount failure fails the test (nothing passes by skipping).
@@ -403,7 +403,7 @@ TEST_CASE("JsonSink on a full disk (small tmpfs): only whole lines in the file, 
   const auto snap = fixture::make_snapshot();
   const std::size_t per_write_lines = snap.records.size() + snap.comms.size();
   int warnings = 0;
-  JsonSink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
   std::size_t writes = 0;
   while (writes < 10000 && sink.write(snap) == export_result::success) ++writes;
   ++writes;  // the one that hit ENOSPC (its lines are kept pending)

@@ -135,7 +135,7 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   w.key(key("start_ts_ns")).value(op.start_ns);
   w.key(key("end_ts_ns")).value(op.end_ns);
   w.key(key("valid")).value(valid);
-  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(w, p, snap.traces[r.trace]);
+  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(w, p, snap.traces[static_cast<std::size_t>(r.trace)]);
   w.end_object().end_object();
   out += '\n';
 }

@@ -1,5 +1,5 @@
 #pragma once
-/// CallbackSink: hands each snapshot to a user callable (in-house telemetry). An exception thrown
+/// callback_sink: hands each snapshot to a user callable (in-house telemetry). An exception thrown
 /// by the callable is caught, reported through the logger and turned into export_result::failure;
 /// it never reaches the exporter loop or a recording thread. Thread-safety: the callable runs on
 /// the exporter thread only.
@@ -38,6 +38,7 @@ class callback_sink {
   log_fn log_;
 };
 
-using CallbackSink = callback_sink;
+/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
+using CallbackSink [[deprecated("use ncclinsp::callback_sink")]] = callback_sink;
 
 }  // namespace ncclinsp

@@ -2,7 +2,7 @@
 /// The sinks an `options` (the NCCL_INSPECTOR_* / NCCLINSP_* environment) asks for, shared by the
 /// plugin and the embedded inspector so both write the same files: the OTLP sink alone when
 /// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
-/// PromTextfileSink and/or JsonSink in the dump directory; TraceSink on request. Cold path.
+/// prom_textfile_sink and/or json_sink in the dump directory; trace_sink on request. Cold path.
 /// The OTLP sink is opt-in (it brings sockets): the caller passes its factory,
 /// make_otlp_http_sink from sinks/otlp_http_sink.hpp; without it OTLP export is refused with a warning.
 
@@ -75,10 +75,10 @@ inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& 
     return sinks;
   }
   if (o.has_sink("prom"))
-    sinks.emplace_back(PromTextfileSink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .compat_gauges = o.compat_gauges,
+    sinks.emplace_back(prom_textfile_sink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .compat_gauges = o.compat_gauges,
                                          .log = log, .card = cardinality_from_options(o)}));
-  if (o.has_sink("json")) sinks.emplace_back(JsonSink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
-  if (o.has_sink("trace")) sinks.emplace_back(TraceSink({.dir = o.dump_dir, .log = log}));
+  if (o.has_sink("json")) sinks.emplace_back(json_sink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
+  if (o.has_sink("trace")) sinks.emplace_back(trace_sink({.dir = o.dump_dir, .log = log}));
   return sinks;
 }
 

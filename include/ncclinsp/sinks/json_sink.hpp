@@ -1,5 +1,5 @@
 #pragma once
-/// JsonSink: JSON lines in NVIDIA Inspector's layout (format/inspector_json.hpp), appended to one
+/// json_sink: JSON lines in NVIDIA Inspector's layout (format/inspector_json.hpp), appended to one
 /// file per process (never truncated on re-init, unlike Inspector). Every record in a snapshot
 /// reaches the file or is counted: on a write error the lines wait in memory (up to
 /// `max_pending_bytes`) and are retried at the next export; beyond that they are dropped and
@@ -202,6 +202,7 @@ class json_sink {
   std::map<std::uint64_t, std::uint64_t> last_drops_;
 };
 
-using JsonSink = json_sink;
+/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
+using JsonSink [[deprecated("use ncclinsp::json_sink")]] = json_sink;
 
 }  // namespace ncclinsp

@@ -1,5 +1,5 @@
 #pragma once
-/// OtlpHttpSink: POSTs each snapshot as OTLP/JSON (format/otlp_json.hpp) to an OpenTelemetry
+/// otlp_http_sink: POSTs each snapshot as OTLP/JSON (format/otlp_json.hpp) to an OpenTelemetry
 /// endpoint over HTTP/1.1 on a plain socket: `POST /v1/metrics`, `Content-Type: application/json`,
 /// `Connection: close`, one connection per export. Only http:// URLs: https:// is rejected with a
 /// warning and the sink stays inert (no TLS here; point it at a local OTel Collector).
@@ -235,7 +235,8 @@ class otlp_http_sink {
   detail::failure_log errors_{std::chrono::minutes(1), std::chrono::minutes(1)};
 };
 
-using OtlpHttpSink = otlp_http_sink;
+/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
+using OtlpHttpSink [[deprecated("use ncclinsp::otlp_http_sink")]] = otlp_http_sink;
 
 /// The OTLP sink configured from the environment (otlp_http_options::from_env) with the series
 /// shape of the .prom files (Inspector's gauges, cardinality), as sinks_from_options() and

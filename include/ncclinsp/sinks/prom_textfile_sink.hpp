@@ -1,5 +1,5 @@
 #pragma once
-/// PromTextfileSink: one `nccl_inspector_metrics_<uuid>.prom` per GPU for node_exporter's textfile
+/// prom_textfile_sink: one `nccl_inspector_metrics_<uuid>.prom` per GPU for node_exporter's textfile
 /// collector, replaced atomically (temp file + rename) on every export. When the directory is
 /// missing it is created; when it cannot be written (unwritable, a regular file, disk full) the
 /// sink warns once per distinct error, keeps nothing on disk half-written, and writes the current
@@ -103,6 +103,7 @@ class basic_prom_textfile_sink {
 };
 
 using prom_textfile_sink = basic_prom_textfile_sink<>;
-using PromTextfileSink = prom_textfile_sink;
+/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
+using PromTextfileSink [[deprecated("use ncclinsp::prom_textfile_sink")]] = prom_textfile_sink;
 
 }  // namespace ncclinsp

@@ -1,5 +1,5 @@
 #pragma once
-/// TraceSink: keeps a bounded ring of the last `capacity` op records (from snapshot::records, so the
+/// trace_sink: keeps a bounded ring of the last `capacity` op records (from snapshot::records, so the
 /// collector's record ring must be on: collector_options::record_ring_capacity > 0) and writes them
 /// as a Chrome trace-event JSON file (format/chrome_trace.hpp; opens in ui.perfetto.dev and
 /// chrome://tracing) on demand and at exit:
@@ -143,7 +143,7 @@ class trace_sink {
       ++total_;
       add(d, r.op, -1);
       if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() || r.op.timing != timing_source::kernel_gpu) continue;
-      const op_trace& t = snap.traces[r.trace];
+      const op_trace& t = snap.traces[static_cast<std::size_t>(r.trace)];
       for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
         const channel_trace& c = t.channels[i];
         if (!c.gpu_start_ns || c.gpu_stop_ns <= c.gpu_start_ns) continue;  // no GPU span for this channel
@@ -243,6 +243,7 @@ class trace_sink {
   long pid_ = 0;
 };
 
-using TraceSink = trace_sink;
+/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
+using TraceSink [[deprecated("use ncclinsp::trace_sink")]] = trace_sink;
 
 }  // namespace ncclinsp
