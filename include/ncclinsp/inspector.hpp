@@ -108,7 +108,7 @@ struct inspector_options {
   static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
     inspector_options r;
     r.enabled = o.enable;
-    r.interval = std::chrono::milliseconds(o.interval_ms());
+    r.interval = o.export_interval();
     r.identity.node = o.node_name;
     r.identity.slurm_job_id = o.slurm_job_id;
     r.identity.labels = o.labels;
@@ -116,7 +116,7 @@ struct inspector_options {
     r.enable_p2p = o.enable_p2p;
     r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
     r.user_tag_label = o.user_tag_label;
-    r.retired_retention = std::chrono::seconds(o.retain_finalized_s);
+    r.retired_retention = o.retain_finalized;
     r.detector = detector_options_from(o);
     r.log = log;
     if (!o.enable) return r;

@@ -1,5 +1,8 @@
 #pragma once
-/// Options: one struct with documented defaults, filled from the environment by from_env().
+/// Options: the environment schema (the plugin's, and inspector_options::from_env's), one struct with
+/// documented defaults, filled from the environment by from_env(). Durations are std::chrono types.
+/// Layers: this maps onto collector_options (collector.hpp), exporter_options (exporter.hpp) and
+/// inspector_options (inspector.hpp), each the runtime settings of its own layer.
 /// Reads NVIDIA Inspector's NCCL_INSPECTOR_* variables with the same meaning (except that the
 /// dump interval is honoured as given, with a 100 ms floor, and that -1 still writes everything at
 /// teardown) and the native NCCLINSP_* variables. An invalid value is reported once through the
@@ -7,6 +10,7 @@
 /// reentrant; the struct is a value.
 
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -24,7 +28,7 @@ struct options {
   bool enable = false;                   ///< NCCL_INSPECTOR_ENABLE (NCCLINSP_ENABLE overrides)
   bool enable_p2p = true;                ///< NCCL_INSPECTOR_ENABLE_P2P
   bool dump_thread = true;               ///< NCCL_INSPECTOR_DUMP_THREAD_ENABLE (0: write only at teardown)
-  std::int64_t interval_us = -1;         ///< NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS; <0: teardown only
+  std::chrono::microseconds interval{-1};  ///< NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS (NCCLINSP_INTERVAL); <0: teardown only
   std::string dump_dir;                  ///< NCCL_INSPECTOR_DUMP_DIR (default nccl-inspector-<SLURM_JOBID>)
   bool verbose = false;                  ///< NCCL_INSPECTOR_DUMP_VERBOSE
   bool prom = false;                     ///< NCCL_INSPECTOR_PROM_DUMP: Prometheus instead of JSON
@@ -48,8 +52,8 @@ struct options {
   bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
   std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
   std::uint64_t record_buffer_mb = 64;   ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
-  std::int64_t exit_flush_ms = 2000;     ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
-  std::int64_t retain_finalized_s = 120; ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
+  std::chrono::milliseconds exit_flush{2000};    ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
+  std::chrono::seconds retain_finalized{120};    ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
   // ---- diagnosis signals (docs/diagnosis.md) ----
   bool detect = true;                    ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
@@ -66,10 +70,11 @@ struct options {
   bool compat_gauges = true;             ///< NCCLINSP_COMPAT_GAUGES=0 leaves Inspector's four gauge families out
   std::uint64_t max_series = 20000;      ///< NCCLINSP_MAX_SERIES: hard cap on the lines of one file (0 = none)
 
-  /// Effective export interval in ms; 0 means "only at flush/teardown".
-  std::int64_t interval_ms() const noexcept {
-    if (!dump_thread || interval_us < 0) return 0;
-    return interval_us < 100000 ? 100 : interval_us / 1000;
+  /// Effective export interval; 0 means "only at flush/teardown" (100 ms floor).
+  std::chrono::milliseconds export_interval() const noexcept {
+    using namespace std::chrono;
+    if (!dump_thread || interval.count() < 0) return milliseconds(0);
+    return interval < milliseconds(100) ? milliseconds(100) : duration_cast<milliseconds>(interval);
   }
   bool has_sink(std::string_view s) const {
     for (const auto& x : sinks)
@@ -102,12 +107,14 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.boolean("NCCLINSP_ENABLE", o.enable);
   e.boolean("NCCL_INSPECTOR_ENABLE_P2P", o.enable_p2p);
   e.boolean("NCCL_INSPECTOR_DUMP_THREAD_ENABLE", o.dump_thread);
-  e.integer("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", o.interval_us, INT64_MIN, INT64_MAX);
+  std::int64_t interval_us = o.interval.count();
+  e.integer("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", interval_us, INT64_MIN, INT64_MAX);
   if (const char* v = e.raw("NCCLINSP_INTERVAL")) {
     std::int64_t us = 0;
-    if (detail::parse_duration_us(v, us)) o.interval_us = us;
+    if (detail::parse_duration_us(v, us)) interval_us = us;
     else e.warn("NCCLINSP_INTERVAL", v, "a duration such as 5s, 500ms or 1000000");
   }
+  o.interval = std::chrono::microseconds(interval_us);
   if (const char* j = e.raw("SLURM_JOBID")) {
     long long n = 0;
     o.dump_dir = detail::parse_int(j, n) ? "nccl-inspector-" + std::to_string(n) : "nccl-inspector-unknown-jobid";
@@ -176,8 +183,11 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
   e.integer("NCCLINSP_JSON_MAX_BYTES", o.json_max_bytes, 0, INT64_MAX);
   e.integer("NCCLINSP_RECORD_BUFFER_MB", o.record_buffer_mb, 0, 1 << 20);
-  e.integer("NCCLINSP_EXIT_FLUSH_MS", o.exit_flush_ms, 0, 600000);
-  e.integer("NCCLINSP_RETAIN_FINALIZED_S", o.retain_finalized_s, 0, 86400);
+  std::int64_t exit_flush_ms = o.exit_flush.count(), retain_s = o.retain_finalized.count();
+  e.integer("NCCLINSP_EXIT_FLUSH_MS", exit_flush_ms, 0, 600000);
+  e.integer("NCCLINSP_RETAIN_FINALIZED_S", retain_s, 0, 86400);
+  o.exit_flush = std::chrono::milliseconds(exit_flush_ms);
+  o.retain_finalized = std::chrono::seconds(retain_s);
   e.boolean("NCCLINSP_DETECT", o.detect);
   e.integer("NCCLINSP_DETECT_THRESHOLD_PCT", o.detect_threshold_pct, 1, 99);
   e.integer("NCCLINSP_DETECT_RECENT", o.detect_recent, 1, 64);
@@ -214,7 +224,7 @@ inline std::string options::describe() const {
   for (const auto& x : sinks) sk += (sk.empty() ? "" : ",") + x;
   kv("sinks", sk);
   kv("dump_dir", dump_dir);
-  kv("interval", interval_ms() ? std::to_string(interval_ms()) + "ms" : std::string("teardown only"));
+  kv("interval", export_interval().count() ? std::to_string(export_interval().count()) + "ms" : std::string("teardown only"));
   kv("p2p", enable_p2p ? "1" : "0");
   kv("min_size_bytes", std::to_string(min_size_bytes));
   kv("require_kernel_timing", require_kernel_timing ? "1" : "0");
@@ -223,7 +233,7 @@ inline std::string options::describe() const {
   std::string lb;
   for (const auto& [k, v] : labels) lb += (lb.empty() ? "" : ",") + k + "=" + v;
   kv("labels", lb.empty() ? "-" : lb);
-  kv("retain_finalized", std::to_string(retain_finalized_s) + "s");
+  kv("retain_finalized", std::to_string(retain_finalized.count()) + "s");
   kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
   std::string dl;
   for (const auto& x : drop_labels) dl += (dl.empty() ? "" : ",") + x;

@@ -25,8 +25,8 @@ TEST_CASE("defaults match NVIDIA Inspector's", "[options]") {
   const auto o = e.parse();
   CHECK_FALSE(o.enable);
   CHECK(o.enable_p2p);
-  CHECK(o.interval_us == -1);
-  CHECK(o.interval_ms() == 0);  // teardown only, but still written then
+  CHECK(o.interval == std::chrono::microseconds(-1));
+  CHECK(o.export_interval() == std::chrono::milliseconds(0));  // teardown only, but still written then
   CHECK(o.dump_dir == "nccl-inspector-unknown-jobid");
   CHECK(o.min_size_bytes == 8192);
   CHECK(o.require_kernel_timing);
@@ -41,13 +41,13 @@ TEST_CASE("Inspector variables keep their meaning and the interval is honoured",
   const auto o = e.parse();
   CHECK(o.enable);
   CHECK(o.has_sink("prom"));
-  CHECK(o.interval_ms() == 2000);  // Inspector would force 30 s
+  CHECK(o.export_interval() == std::chrono::milliseconds(2000));  // Inspector would force 30 s
   CHECK(o.dump_dir == "nccl-inspector-99");
   CHECK(o.slurm_job_id == "99");
   CHECK(o.min_size_bytes == 256);
   CHECK_FALSE(o.enable_p2p);
   e.vars["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "0";
-  CHECK(e.parse().interval_ms() == 100);  // no busy loop
+  CHECK(e.parse().export_interval() == std::chrono::milliseconds(100));  // no busy loop
 }
 
 TEST_CASE("native variables: sinks, labels, Kubernetes identity, interval", "[options]") {
@@ -58,7 +58,7 @@ TEST_CASE("native variables: sinks, labels, Kubernetes identity, interval", "[op
   CHECK(o.has_sink("prom"));
   CHECK(o.has_sink("json"));
   CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "a"}, {"team", "b"}, {"namespace", "ml"}, {"pod", "trainer-0"}});
-  CHECK(o.interval_ms() == 5000);
+  CHECK(o.export_interval() == std::chrono::milliseconds(5000));
   CHECK(o.node_name == "node7");
   CHECK(e.warnings.empty());
 }
@@ -82,7 +82,7 @@ TEST_CASE("garbage in any variable: one warning each, the default used", "[optio
       CHECK(e.warnings.size() == 1);
       if (!e.warnings.empty()) CHECK(e.warnings[0].find(v) != std::string::npos);
       CHECK(o.enable == defaults.enable);
-      CHECK(o.interval_us == defaults.interval_us);
+      CHECK(o.interval == defaults.interval);
       CHECK(o.min_size_bytes == defaults.min_size_bytes);
       CHECK(o.sinks == defaults.sinks);
       CHECK(o.labels == defaults.labels);
@@ -110,9 +110,9 @@ TEST_CASE("precedence between variable pairs, each pair with different values", 
   CHECK(e.parse().enable);
   // NCCLINSP_INTERVAL overrides the microseconds variable, shorter or longer.
   e.vars = {{"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"}, {"NCCLINSP_INTERVAL", "500ms"}};
-  CHECK(e.parse().interval_ms() == 500);
+  CHECK(e.parse().export_interval() == std::chrono::milliseconds(500));
   e.vars = {{"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "200000"}, {"NCCLINSP_INTERVAL", "3s"}};
-  CHECK(e.parse().interval_ms() == 3000);
+  CHECK(e.parse().export_interval() == std::chrono::milliseconds(3000));
   // SLURM_JOBID names the default dump directory (as Inspector), SLURM_JOB_ID the label.
   e.vars = {{"SLURM_JOBID", "11"}, {"SLURM_JOB_ID", "22"}};
   const auto o = e.parse();

@@ -158,7 +158,7 @@ class plugin_state : public event_adapter {
     co.record_traces = traces_for(opts_);
     co.record_ring_max = co.record_ring_capacity ? record_ring_max_for(opts_, collector<>::bytes_per_record(co.record_traces)) : 0;
     co.user_tag_label = opts_.user_tag_label;
-    co.retired_retention = std::chrono::seconds(opts_.retain_finalized_s);
+    co.retired_retention = opts_.retain_finalized;
     co.proxy_accounting = opts_.proxy;
     co.identity = {.node = opts_.node_name, .hostname = detail::host_name(), .slurm_job_id = opts_.slurm_job_id,
                    .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
@@ -185,7 +185,7 @@ class plugin_state : public event_adapter {
     };
     exporter_ = std::make_unique<exporter<collector<>>>(
         *col_, std::move(sinks),
-        exporter_options{.interval = std::chrono::milliseconds(opts_.interval_ms()), .log = lg, .prepare = std::move(prepare)});
+        exporter_options{.interval = opts_.export_interval(), .log = lg, .prepare = std::move(prepare)});
     exporter_->start();
   }
 
@@ -202,10 +202,10 @@ class plugin_state : public event_adapter {
       std::lock_guard lk(mu_);
       for (auto& e : lingering_) pending.push_back(e.get());
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.exit_flush_ms);
+    const auto deadline = std::chrono::steady_clock::now() + opts_.exit_flush;
     // Per-op records still queued get the first half of the wait; the rest are counted as dropped
     // (reason exit_deadline), so the final statistics land before the exit.
-    for (auto* e : pending) e->stop_records_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.exit_flush_ms / 2));
+    for (auto* e : pending) e->stop_records_at(std::chrono::steady_clock::now() + opts_.exit_flush / 2);
     for (auto* e : pending) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !e->wait_finished(left)) {
