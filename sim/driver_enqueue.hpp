@@ -1,0 +1,282 @@
+#pragma once
+/// The user-thread side of `comm_driver`: the callback sequence NCCL emits for one outermost group of API
+/// calls (ncclGroupStart / taskAppend / ncclGroupEnd, then the launch's hostStreamPlanTask), per ABI
+/// version. Steps: GroupApi open → per op: its pending token + channels, its CollApi/P2pApi → KernelLaunch →
+/// Group with the Coll/P2p tasks in plan order → CE collectives → GroupApi stop.
+/// Thread-safety: runs on the rank's user thread; touches only the caller's sequence counters.
+
+#include "driver_types.hpp"
+#include "event_emitter.hpp"
+#include "nccl_vocab.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace ncclinsp::sim::detail {
+
+/// seqNumber counters of one communicator (NCCL's per-function `seqNumber`, and the CE sequence).
+struct seq_counters {
+  std::uint64_t coll[num_funcs] = {};
+  std::uint64_t ce = 0;
+};
+
+template <int V>
+class enqueue_sequence {
+ public:
+  using descr = typename emitter<V>::descr;
+
+  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll)
+      : e_(e), cfg_(e.cfg), seq_(seq), bcast_coll_(broadcast_coll), mask_(load_mask()) {}
+
+  void run(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {
+    open_group_api(ops.front(), grouped);
+    bool any_plan_task = false;
+    std::uint8_t cursor = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      prepare(ops[i], out[i], cursor);
+      if (ops[i].kind != op_kind::ce_coll) any_plan_task = true;
+      api_event(ops[i], out[i]);
+    }
+    if constexpr (V >= 5) e_.record(group_api_, abi::st_group_end_api_start, e_.no_args(scratch_));
+    if (any_plan_task) launch(ops, out);
+    if constexpr (V >= 6) ce_collectives(ops, out);
+    if constexpr (V >= 5) e_.stop(group_api_);
+  }
+
+ private:
+  /// ncclGroupStart (v5+): GroupApi start and its GroupStartApiStop state.
+  void open_group_api(const op_desc& first, bool grouped) {
+    if constexpr (V >= 5) {
+      if (!(mask_ & gate::group_api)) return;
+      e_.clear(d_);
+      d_.type = abi::ev_group_api;
+      d_.groupApi.graphCaptured = first.graph_captured;
+      d_.groupApi.groupDepth = grouped ? 2 : 1;
+      group_api_ = e_.start(d_);
+      e_.record(group_api_, abi::st_group_start_api_stop, e_.no_args(scratch_));
+    }
+  }
+
+  /// The op's pending token: mask snapshot, payload, channels (collectives: the group's cursor unless given;
+  /// symmetric kernels from 0; P2P: a peer-derived non-zero base unless given).
+  void prepare(const op_desc& op, pending_op& p, std::uint8_t& cursor) const {
+    p = pending_op{};
+    p.mask = mask_;
+    p.kind = op.kind;
+    p.func = op.func;
+    p.peer = op.peer;
+    p.network = cfg_.n_nodes > 1;
+    p.bytes = op.count * dtype_size(op.dtype);
+    p.symmetric = V >= 7 && op.kernel_variant != nullptr && op.kind == op_kind::coll;
+    p.n_channels = op.n_channels;
+    if (op.kind == op_kind::coll) {
+      if (p.symmetric) {
+        p.channel_lo = 0;
+      } else if (op.channel_lo >= 0) {
+        p.channel_lo = std::uint8_t(op.channel_lo);
+      } else {
+        if (cursor + op.n_channels > 64) cursor = 0;
+        p.channel_lo = cursor;
+        cursor = std::uint8_t(cursor + op.n_channels);
+      }
+    } else if (op.kind == op_kind::p2p) {
+      p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)
+                                        : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
+    }
+  }
+
+  /// taskAppend (v5+): CollApi or P2pApi, started and stopped at once.
+  void api_event(const op_desc& op, pending_op& p) {
+    if constexpr (V >= 5) {
+      const bool is_p2p = op.kind == op_kind::p2p;
+      if (!(mask_ & (is_p2p ? gate::p2p_api : gate::coll_api))) return;
+      e_.clear(d_);
+      d_.parentObj = group_api_;
+      if (is_p2p) {
+        d_.type = abi::ev_p2p_api;
+        d_.p2pApi.func = func_name(op.func);
+        d_.p2pApi.count = op.count;
+        d_.p2pApi.datatype = dtype_name(op.dtype);
+        d_.p2pApi.stream = op.stream;
+        d_.p2pApi.graphCaptured = op.graph_captured;
+        if constexpr (V >= 7) d_.p2pApi.userTag = op.user_tag;
+      } else {
+        d_.type = abi::ev_coll_api;
+        d_.collApi.func = func_name(op.func);
+        d_.collApi.count = op.count;
+        d_.collApi.datatype = dtype_name(op.dtype);
+        d_.collApi.root = op.root;
+        d_.collApi.stream = op.stream;
+        d_.collApi.graphCaptured = op.graph_captured;
+        if constexpr (V >= 7) d_.collApi.userTag = op.user_tag;
+      }
+      p.api_handle = e_.start(d_);
+      e_.stop(p.api_handle);
+    }
+  }
+
+  /// The launch: KernelLaunch (v5+), then hostStreamPlanTask: Group, Coll/P2p starts (collectives first, then
+  /// P2P), their stops in the same order, Group stop.
+  void launch(std::span<const op_desc> ops, std::span<pending_op> out) {
+    if constexpr (V >= 5) {
+      if (mask_ & abi::ev_kernel_launch) {
+        e_.clear(d_);
+        d_.type = abi::ev_kernel_launch;
+        d_.parentObj = group_api_;
+        d_.kernelLaunch.stream = ops.front().stream;
+        e_.stop(e_.start(d_));
+      }
+    }
+    void* group = nullptr;
+    if (mask_ & gate::group) {
+      e_.clear(d_);
+      d_.type = abi::ev_group;
+      group = e_.start(d_);
+    }
+    // v4 native (2.27) starts task events only under a non-NULL Group handle; the later shim does not check.
+    const bool tasks_allowed = V >= 5 || group != nullptr || cfg_.shim_quirks;
+    for (int pass = 0; pass < 2; ++pass)  // plan order: collectives, then P2P
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const op_desc& op = ops[i];
+        if (op.kind == op_kind::ce_coll || (pass == 0) != (op.kind == op_kind::coll)) continue;
+        if (op.kind == op_kind::coll)
+          coll_task(op, out[i], group, tasks_allowed);
+        else
+          p2p_task(op, out[i], group, tasks_allowed);
+      }
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].kind != op_kind::ce_coll && (pass == 0) == (ops[i].kind == op_kind::coll)) e_.stop(out[i].task_handle);
+    e_.stop(group);
+  }
+
+  void coll_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
+    const bool no_coll = op.func == nccl_func::broadcast && !bcast_coll_;
+    p.seq = seq_.coll[int(op.func)]++;
+    if (no_coll) return;  // no Coll, no profiler proxy op, no KernelCh (NVIDIA/nccl #2278)
+    p.kernel_events = true;
+    if (!(mask_ & gate::coll) || !tasks_allowed) return;
+    e_.clear(d_);
+    d_.type = abi::ev_coll;
+    d_.rank = cfg_.rank;
+    d_.coll.seqNumber = p.seq;
+    d_.coll.func = func_name(op.func);
+    d_.coll.sendBuff = op.send_buff;
+    d_.coll.recvBuff = op.recv_buff;
+    // NCCL rewrites AllGather/Broadcast to bytes of ncclInt8.
+    const bool bytes = op.func == nccl_func::all_gather || op.func == nccl_func::broadcast;
+    d_.coll.count = bytes ? op.count * dtype_size(op.dtype) : op.count;
+    d_.coll.root = op.root;
+    d_.coll.datatype = bytes ? "ncclInt8" : dtype_name(op.dtype);
+    d_.coll.nChannels = op.n_channels;
+    d_.coll.nWarps = op.n_warps;
+    d_.coll.algo = op.algo;
+    d_.coll.proto = op.proto;
+    if constexpr (V == 4) {
+      d_.parentObj = group;
+    } else {
+      d_.parentObj = p.api_handle;
+      d_.coll.parentGroup = group;
+    }
+    if constexpr (V >= 7) {
+      d_.coll.userTag = op.user_tag;
+      if (p.symmetric) {
+        d_.coll.isSymColl = true;
+        d_.coll.kernelVariant = op.kernel_variant;
+        d_.coll.algo = sym_algo(op.kernel_variant);
+        d_.coll.proto = "";
+      }
+    }
+    p.task_handle = e_.start(d_);
+  }
+
+  void p2p_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
+    p.kernel_events = true;
+    if (!(mask_ & gate::p2p) || !tasks_allowed) return;
+    e_.clear(d_);
+    d_.type = abi::ev_p2p;
+    d_.rank = cfg_.rank;
+    d_.p2p.func = func_name(op.func);
+    d_.p2p.buff = op.kind == op_kind::p2p && op.func == nccl_func::recv ? op.recv_buff : const_cast<void*>(op.send_buff);
+    d_.p2p.datatype = dtype_name(op.dtype);
+    d_.p2p.count = op.count;
+    d_.p2p.peer = op.peer;
+    if constexpr (V == 4) {
+      d_.parentObj = group;
+      if (!cfg_.shim_quirks) d_.p2p.nChannels = op.n_channels;  // the v4 shim forgets to copy it
+    } else {
+      d_.p2p.nChannels = op.n_channels;
+      d_.parentObj = p.api_handle;
+      d_.p2p.parentGroup = group;
+    }
+    if constexpr (V >= 7) d_.p2p.userTag = op.user_tag;
+    p.task_handle = e_.start(d_);
+  }
+
+  /// CE collectives (v6+): CollApi → CeColl (→ CeSync, CeBatch); never Coll/KernelCh.
+  void ce_collectives(std::span<const op_desc> ops, std::span<pending_op> out) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const op_desc& op = ops[i];
+      pending_op& p = out[i];
+      if (op.kind != op_kind::ce_coll) continue;
+      p.seq = seq_.ce++;
+      if (!(mask_ & gate::ce_coll)) continue;
+      e_.clear(d_);
+      d_.type = abi::ev_ce_coll;
+      d_.parentObj = p.api_handle;
+      d_.rank = cfg_.rank;
+      d_.ceColl.seqNumber = p.seq;
+      d_.ceColl.func = func_name(op.func);
+      d_.ceColl.sendBuff = op.send_buff;
+      d_.ceColl.recvBuff = op.recv_buff;
+      d_.ceColl.count = op.count;
+      d_.ceColl.root = op.root;
+      d_.ceColl.datatype = dtype_name(op.dtype);
+      d_.ceColl.syncStrategy = "UC";
+      d_.ceColl.ceSeqNum = std::uint32_t(p.seq);
+      d_.ceColl.stream = op.stream;
+      if constexpr (V >= 7) d_.ceColl.userTag = op.user_tag;
+      p.ce_handle = e_.start(d_);
+      const int peers = cfg_.n_ranks > 1 ? cfg_.n_ranks - 1 : 1;
+      if (p.ce_handle && (mask_ & abi::ev_ce_sync)) {
+        e_.clear(d_);
+        d_.type = abi::ev_ce_sync;
+        d_.parentObj = p.ce_handle;
+        d_.rank = cfg_.rank;
+        d_.ceCollSync.isComplete = false;
+        d_.ceCollSync.nRanks = cfg_.n_ranks;
+        e_.stop(e_.start(d_));
+      }
+      if (p.ce_handle && (mask_ & abi::ev_ce_batch)) {
+        e_.clear(d_);
+        d_.type = abi::ev_ce_batch;
+        d_.parentObj = p.ce_handle;
+        d_.rank = cfg_.rank;
+        d_.ceCollBatch.numOps = peers;
+        d_.ceCollBatch.totalBytes = p.bytes * std::size_t(peers);
+        d_.ceCollBatch.useIntraSync = false;
+        e_.stop(e_.start(d_));
+      }
+      e_.stop(p.ce_handle);
+    }
+  }
+
+  /// v7 symmetric kernels report the kernel name's text after the first '_' as the algorithm.
+  static const char* sym_algo(const char* variant) noexcept {
+    const char* u = std::strchr(variant, '_');
+    return u ? u + 1 : variant;
+  }
+
+  const emitter<V>& e_;
+  const comm_config& cfg_;
+  seq_counters& seq_;
+  const bool bcast_coll_;
+  const int mask_;  ///< ncclProfilerApiState.eActivationMask snapshot at the API call
+  void* group_api_ = nullptr;
+  abi::state_args scratch_;
+  descr d_;
+};
+
+}  // namespace ncclinsp::sim::detail

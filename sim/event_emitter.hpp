@@ -1,0 +1,130 @@
+#pragma once
+/// `detail::emitter<V>`: one communicator's calls into a version-V plugin table (start/stop/record with
+/// NULL-handle rules, descriptor clearing with the shim's garbage bytes) and the event descriptors that
+/// the user-thread and proxy-thread sequences share (ProxyOp, ProxyStep, KernelCh, NetPlugin, ProxyCtrl).
+/// Thread-safety: const, holds no mutable state; each caller owns its descriptor.
+
+#include "driver_types.hpp"
+#include "nccl_process.hpp"
+#include "plugin_library.hpp"
+
+#include <ncclinsp/abi/nccl_profiler.hpp>
+#include <ncclinsp/abi/versions.hpp>
+
+#include <cstdint>
+#include <cstring>
+
+namespace ncclinsp::sim::detail {
+
+template <int V>
+struct emitter {
+  static constexpr int version = V;
+  using descr = typename ncclinsp::abi::version<V>::descr;
+
+  const typename ncclinsp::abi::version<V>::table* table;
+  void* ctx;  ///< the plugin's context (a foreign process's for PXN)
+  const comm_config& cfg;
+
+  /// Zeroes the descriptor; garbage (0xA5) where a newer NCCL's shim leaves bytes of an old struct unset.
+  void clear(descr& d) const noexcept {
+    std::memset(static_cast<void*>(&d), (cfg.shim_quirks && V < 6) ? 0xA5 : 0, sizeof d);
+  }
+  void* start(descr& d) const {
+    void* h = nullptr;
+    table->startEvent(ctx, &h, &d);
+    return h;
+  }
+  void stop(void* h) const {
+    if (h) table->stopEvent(h);
+  }
+  void record(void* h, abi::event_state s, abi::state_args* a) const {
+    if (h) table->recordEventState(h, s, a);
+  }
+  /// Args for states NCCL sends without args (19, 23, 24): NULL natively; a garbage struct via the v5 shim.
+  abi::state_args* no_args(abi::state_args& scratch) const noexcept {
+    if (V == 5 && cfg.shim_quirks) {
+      std::memset(static_cast<void*>(&scratch), 0xA5, sizeof scratch);
+      return &scratch;
+    }
+    return nullptr;
+  }
+
+  /// One NetPlugin event (an IB transfer update) under a ProxyStep, as NCCL's net plugin emits it.
+  void net_plugin_event(descr& d, void* step) const {
+    static char net_data[64] = {};  // network-plugin-defined blob
+    clear(d);
+    d.type = abi::ev_net_plugin;
+    d.parentObj = step;
+    d.rank = cfg.rank;
+    d.netPlugin.id = (std::int64_t(1) << 16) | 1;  // NCCL_PROFILER_NET_TYPE_IB | v1
+    d.netPlugin.data = net_data;
+    void* nh = start(d);
+    abi::state_args na{};
+    na.netPlugin.data = net_data;
+    record(nh, abi::st_net_plugin_update, &na);
+    stop(nh);
+  }
+
+  /// ProxyOp start (append) followed by its ProxyOpInProgress state, as NCCL's proxy thread does.
+  void* proxy_op(descr& d, void* parent, int rank, pid_t pid, std::uint8_t channel, int peer, int n_steps, int chunk,
+                 bool is_send, bool in_progress = true) const {
+    clear(d);
+    d.type = abi::ev_proxy_op;
+    d.parentObj = parent;
+    d.rank = rank;
+    d.proxyOp.pid = pid;
+    d.proxyOp.channelId = channel;
+    d.proxyOp.peer = peer;
+    d.proxyOp.nSteps = n_steps;
+    d.proxyOp.chunkSize = chunk;
+    d.proxyOp.isSend = is_send ? 1 : 0;
+    void* h = start(d);
+    if (in_progress) {
+      abi::state_args scratch{};
+      abi::state_args* args = no_args(scratch);  // garbage via the v5 shim
+      record(h, abi::st_proxy_op_in_progress_v4, args ? args : &scratch);
+    }
+    return h;
+  }
+
+  void* proxy_step(descr& d, void* proxy_op_handle, int rank, int step) const {
+    clear(d);
+    d.type = abi::ev_proxy_step;
+    d.parentObj = proxy_op_handle;
+    d.rank = rank;
+    d.proxyStep.step = step;
+    return start(d);
+  }
+
+  void* kernel_ch(descr& d, void* task, std::uint8_t channel, std::uint64_t start_ns) const {
+    clear(d);
+    d.type = abi::ev_kernel_ch;
+    d.parentObj = task;
+    d.kernelCh.channelId = channel;
+    d.kernelCh.pTimer = start_ns;
+    return start(d);
+  }
+  /// Record 22 (KernelChStop with the GPU stop time) and stop.
+  void kernel_ch_stop(void* h, std::uint64_t stop_ns) const {
+    abi::state_args a{};
+    a.kernelCh.pTimer = stop_ns;
+    record(h, abi::st_kernel_ch_stop, &a);
+    stop(h);
+  }
+
+  /// One ProxyCtrl Append → AppendEnd cycle (reads the global mask, as NCCL).
+  void proxy_ctrl(int appended) const {
+    if (!(load_mask() & abi::ev_proxy_ctrl)) return;
+    descr d;
+    clear(d);
+    d.type = abi::ev_proxy_ctrl;
+    void* h = start(d);
+    abi::state_args a{};
+    record(h, abi::event_state(17), &a);  // ProxyCtrlAppend
+    a.proxyCtrl.appendedProxyOps = appended;
+    record(h, abi::event_state(18), &a);  // ProxyCtrlAppendEnd
+    stop(h);
+  }
+};
+
+}  // namespace ncclinsp::sim::detail

@@ -1,0 +1,107 @@
+#pragma once
+/// ncclinsp-sim's configuration (`options`, one struct set by the command line) and its fault schedule:
+/// fault windows and kinds, `--hang-rank`, and the `--random-fault` draw.
+/// Thread-safety: plain data and pure functions.
+
+#include "job_hash.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ncclinsp::sim::job {
+
+// ---- configuration ------------------------------------------------------------------------------
+struct window {
+  double t0 = 0, t1 = 0;
+  bool active(double t) const noexcept { return t >= t0 && t < t1; }
+};
+/// One injected fault. node/nic/rank: -1 where the kind has none.
+enum class fault_kind : std::uint8_t { net_degrade, slow_host, slow_nic, straggler, nvlink_degrade };
+constexpr const char* fault_name(fault_kind k) noexcept {
+  switch (k) {
+    case fault_kind::net_degrade: return "net_degrade";
+    case fault_kind::slow_host: return "slow_host";
+    case fault_kind::slow_nic: return "slow_nic";
+    case fault_kind::straggler: return "straggler";
+    case fault_kind::nvlink_degrade: return "nvlink_degrade";
+  }
+  return "?";
+}
+struct fault {
+  fault_kind kind = fault_kind::net_degrade;
+  int node = -1, nic = -1, rank = -1;
+  double pct = 0;  ///< bandwidth reduction in % (links)
+  double ms = 0;   ///< launch delay (straggler)
+  window w;
+  bool random = false;  ///< chosen by --random-fault
+};
+struct hang { int rank = 0; double t = 0; };
+
+struct options {
+  std::string plugin;
+  int abi = 0;
+  int nodes = 2, gpus = 4, nics = 0;  ///< nics per node; 0 = one per GPU
+  double duration = 0;
+  int steps = 0;
+  double speed = 1;
+  std::string out;
+  std::string node_prefix = "node";
+  std::string cuda_driver;
+  std::string summary;
+  bool prom = false;
+  bool single_process = false;
+  int node_index = -1;
+  long long start_wall_ns = 0;
+  bool purge_inflight = false;
+  bool user_tags = false;
+  bool sym_kernels = false;
+  bool ce_colls = false;
+  bool pxn = false;
+  int mask_override = -1;
+  bool verbose = false;
+  u64 seed = 1;
+  double launch_jitter_us = 5;  ///< each rank's launch time: + uniform [0, J) per op group
+  double wobble_pct = 0;        ///< healthy fabric wobble: every NIC x (1 + W/100 sin(2 pi t / period))
+  double wobble_period_s = 120;
+  std::vector<fault> faults;
+  std::vector<hang> hangs;
+  int nic_count() const noexcept { return nics > 0 ? nics : gpus; }
+  /// Simulated length of the run (for --steps: the nominal step time x steps, given by the caller).
+  double end_time(double nominal_step_s) const noexcept { return duration > 0 ? duration : steps * nominal_step_s; }
+};
+
+/// --random-fault SEED: one fault of a random kind, culprit, size (10-50 %) and onset (20-50 % of the run),
+/// lasting to the end of the run. Deterministic in (seed, job shape).
+inline fault random_fault(u64 seed, const options& o, double run_s) {
+  const int n_kinds = o.nodes > 1 ? 5 : 2;  // one node: only straggler and NVLink faults exist
+  static constexpr fault_kind multi[] = {fault_kind::net_degrade, fault_kind::slow_host, fault_kind::slow_nic,
+                                         fault_kind::straggler, fault_kind::nvlink_degrade};
+  static constexpr fault_kind single[] = {fault_kind::straggler, fault_kind::nvlink_degrade};
+  fault f;
+  u64 h = mix(seed, 0xfa017);
+  f.kind = o.nodes > 1 ? multi[h % 5] : single[h % u64(n_kinds)];
+  h = splitmix(h);
+  f.pct = 10.0 + double(h % 41);  // 10..50 %
+  h = splitmix(h);
+  f.w.t0 = run_s * (0.2 + 0.3 * unit01(h));
+  f.w.t1 = std::max(run_s, f.w.t0) + 1e6;  // to the end
+  h = splitmix(h);
+  switch (f.kind) {
+    case fault_kind::slow_host: case fault_kind::nvlink_degrade: f.node = int(h % u64(o.nodes)); break;
+    case fault_kind::slow_nic:
+      f.node = int(h % u64(o.nodes));
+      f.nic = int(splitmix(h) % u64(o.nic_count()));
+      break;
+    case fault_kind::straggler:
+      f.rank = int(h % u64(o.nodes * o.gpus));
+      f.ms = 0;  // sized below against the step
+      break;
+    case fault_kind::net_degrade: break;
+  }
+  f.random = true;
+  return f;
+}
+
+}  // namespace ncclinsp::sim::job

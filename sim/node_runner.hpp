@@ -1,0 +1,350 @@
+#pragma once
+/// ncclinsp-sim's ranks of one process: per rank the communicators, a user thread (enqueue at each op
+/// group's simulated launch) and a proxy thread (kernel and proxy events at their simulated times), the
+/// per-node `ncclinsp_sim.prom` writer, and comm init/finalize in NCCL's order.
+/// Thread-safety: `run` starts and joins every thread; a rank's state is shared by its two threads only
+/// through the SPSC queue and atomics.
+
+#include "clock_map.hpp"
+#include "job_model.hpp"
+#include "nccl_driver.hpp"
+#include "proxy_clock.hpp"
+#include "proxy_queue.hpp"
+#include "sim_device.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace ncclinsp::sim::app {
+
+using u64 = std::uint64_t;
+using namespace ncclinsp::sim::job;
+
+namespace fs = std::filesystem;
+
+// ---- one rank -----------------------------------------------------------------------------
+struct rank_state {
+  int node = 0, local = 0, global = 0;
+  std::vector<std::unique_ptr<comm_driver>> comms;  // indexed by comm_kind
+  spsc_queue q;
+  std::atomic<u64> steps{0};
+  std::atomic<double> tflops{0.0};
+  std::atomic<bool> proxy_done{false};
+};
+
+struct node_runner {
+  const options& o;
+  const model& m;
+  const plugin_library& lib;
+  clock_map clk;
+  std::vector<std::unique_ptr<rank_state>> ranks;
+  std::atomic<bool> stop{false};
+  std::string node_label(int node) const { return o.node_prefix + std::to_string(node); }
+
+  comm_config make_comm(const rank_state& r, comm_kind k) const {
+    comm_config c;
+    c.mask_override = o.mask_override;
+    switch (k) {
+      case comm_kind::tp:
+        c.name = "tp";
+        c.comm_hash = mix(hash_str("tp"), u64(r.node));
+        c.n_nodes = 1; c.n_ranks = o.gpus; c.rank = r.local;
+        break;
+      case comm_kind::fsdp:
+        c.name = "fsdp";
+        c.comm_hash = hash_str("fsdp");
+        c.n_nodes = o.nodes; c.n_ranks = o.nodes * o.gpus; c.rank = r.global;
+        break;
+      case comm_kind::dp:
+        c.name = "dp" + std::to_string(r.local);
+        c.comm_hash = mix(hash_str("dp"), u64(r.local));
+        c.n_nodes = o.nodes; c.n_ranks = o.nodes; c.rank = r.node;
+        break;
+      case comm_kind::pp:
+        c.name = "pp" + std::to_string(r.local);
+        c.comm_hash = mix(hash_str("pp"), u64(r.local));
+        c.n_nodes = o.nodes; c.n_ranks = o.nodes; c.rank = r.node;
+        break;
+    }
+    c.comm_hash ^= mix(o.seed, 0x5eed);  // different seeds → different "jobs"
+    return c;
+  }
+
+  void push(rank_state& r, const proxy_item& it) {
+    while (!r.q.push(it)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  /// The rank's network ProxyOps of one op with their step times (job::connections / job::step_times).
+  void add_plans(const rank_state& r, const timeline& tl, const rank_op& ro, const sim_op& op, proxy_item& it) const {
+    connection conns[2 * max_channels];
+    const int nc = connections(m, op, r.global, conns, int(std::size(conns)));
+    step_s st[max_proxy_steps];
+    for (int i = 0; i < nc && it.n_plans < int(it.plans.size()); ++i) {
+      const connection& cn = conns[i];
+      const bool first = ro.op == 0 || op.p2p_dir != 0;
+      const double a_self = ro.start, a_peer = first ? tl.arrival(ro.group, cn.peer_global) : ro.t0;
+      proxy_plan& pl = it.plans[std::size_t(it.n_plans++)];
+      pl = proxy_plan{};
+      pl.channel = std::uint8_t(cn.channel);
+      pl.is_send = cn.is_send;
+      pl.peer = cn.peer_comm_rank;
+      pl.start = clk.gpu_ns(a_self);
+      pl.n_steps = step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st, pl.step_bytes);
+      for (int k = 0; k < pl.n_steps; ++k)
+        pl.steps[k] = proxy_step_times{clk.gpu_ns(st[k].post), clk.gpu_ns(st[k].ready), clk.gpu_ns(st[k].sent),
+                                       clk.gpu_ns(st[k].done)};
+    }
+  }
+
+  void user_thread(rank_state& r) {
+    bind_device(r.node, r.local);
+    timeline tl(m);  // the whole job's coupled timeline, computed identically by every rank
+    std::vector<op_desc> descs;
+    std::vector<pending_op> pend(8);
+    descs.reserve(8);
+    bool hung = false;
+    for (u64 step = 0; !stop.load() && !hung; ++step) {
+      if (o.steps > 0 ? step >= u64(o.steps) : tl.job_now() >= o.duration) break;
+      if (tl.blocked(r.global)) break;
+      const double begin = tl.now(r.global);
+      tl.step(step);
+      const auto& mine = tl.ops(r.global);
+      for (std::size_t i = 0; i < mine.size() && !hung;) {
+        std::size_t e = i;
+        while (e < mine.size() && mine[e].group == mine[i].group) ++e;
+        const sim_group& g = m.program[std::size_t(mine[i].group)];
+        const comm_kind k = g.ops[std::size_t(mine[i].op)].comm;
+        comm_driver& c = *r.comms[std::size_t(k)];
+        descs.clear();
+        for (std::size_t x = i; x < e; ++x) {
+          const sim_op& op = g.ops[std::size_t(mine[x].op)];
+          op_desc d;
+          d.kind = op.ce ? op_kind::ce_coll : (op.p2p_dir ? op_kind::p2p : op_kind::coll);
+          d.func = op.func;
+          d.dtype = op.dtype;
+          d.count = op.bytes / dtype_size(op.dtype);
+          d.algo = op.algo;
+          d.proto = op.proto;
+          d.n_channels = op.n_channels;
+          d.channel_lo = op.channel_lo;
+          d.user_tag = op.tag;
+          d.kernel_variant = op.sym ? "AllReduce_AGxLL_R" : nullptr;
+          d.send_buff = reinterpret_cast<const void*>(0x7f0000000000ull + (u64(r.global) << 32));
+          d.recv_buff = reinterpret_cast<void*>(0x7f0000000000ull + (u64(r.global) << 32) + (1ull << 31));
+          if (op.p2p_dir) {
+            d.peer = r.node + op.p2p_dir;  // pp rank = node index
+            d.channel_lo = 2 + 4 * (r.local % 4) + (op.p2p_dir > 0 ? 0 : 2);  // P2P channels are not 0-based
+          }
+          descs.push_back(d);
+        }
+        clk.wait_until(mine[i].start, stop);
+        if (stop.load()) break;
+        c.enqueue(std::span<const op_desc>(descs), std::span<pending_op>(pend.data(), descs.size()));
+        for (std::size_t x = i; x < e; ++x) {
+          const rank_op& ro = mine[x];
+          const sim_op& op = g.ops[std::size_t(ro.op)];
+          proxy_item it;
+          it.op = pend[x - i];
+          it.comm = int(op.comm);
+          it.start_ns = clk.gpu_ns(ro.start);
+          if (ro.hung) {
+            it.start_only = true;  // the kernel starts and never ends (NCCL's peers spin in it)
+            hung = true;
+          } else {
+            it.stop_ns = clk.gpu_ns(ro.end);
+            for (std::size_t ch = 0; ch < max_channels; ++ch) {
+              it.ch_stop[ch] = clk.gpu_ns(ro.ch_stop[ch]);
+              it.stop_ns = std::max(it.stop_ns, it.ch_stop[ch]);
+            }
+            it.pxn = o.pxn && x == i && comm_network(o, op.comm);
+            if (it.op.network && (it.op.mask & gate::proxy_op)) add_plans(r, tl, ro, op, it);
+          }
+          it.group_last = x + 1 == e;
+          push(r, it);
+        }
+        i = e;
+      }
+      if (hung || stop.load()) break;
+      const double len = tl.now(r.global) - begin;
+      clk.wait_until(tl.now(r.global), stop);
+      r.tflops.store(len > 0 ? m.flop_per_step / len / 1e12 : 0.0);
+      r.steps.fetch_add(1);
+    }
+    // A blocked rank stays blocked until the job ends (its process is alive, its kernel spins).
+    if (hung) clk.wait_until(o.end_time(m.nominal_step_s), stop);
+    if (o.purge_inflight && !hung) {
+      const double t = tl.now(r.global);
+      // NCCL 2.31: ops still in flight at comm destroy are purged without callbacks (KernelCh start, no stop).
+      for (comm_kind k : {comm_kind::fsdp, comm_kind::tp}) {
+        if (!r.comms[std::size_t(k)]) continue;
+        op_desc d;
+        d.func = nccl_func::all_reduce;
+        d.count = mib;
+        d.n_channels = 2;
+        proxy_item it;
+        it.op = r.comms[std::size_t(k)]->enqueue(d);
+        it.comm = int(k);
+        it.start_ns = clk.gpu_ns(t);
+        it.start_only = true;
+        push(r, it);
+      }
+    }
+    proxy_item q;
+    q.quit = true;
+    push(r, q);
+  }
+
+  void proxy_thread(rank_state& r) {
+    bind_device(r.node, r.local);
+    // One group's ops at a time: their KernelCh and ProxyOp/ProxyStep events interleave in time.
+    std::array<proxy_item, 4> grp;
+    std::array<std::array<kernel_time, max_channels>, 4> times{};
+    std::array<timed_op, 4> timed{};
+    std::size_t n = 0;
+    // Simulated proxy clock for the next event only if it is a ProxyStep one (--speed 0; see clock_gettime).
+    auto wait = [this](u64 t, bool step) {
+      clk.wait_until(double(t - clk.base_ns) / 1e9, stop);
+      t_sim_monotonic_ns = o.speed <= 0 && step ? static_cast<std::int64_t>(t) : -1;
+    };
+    struct sim_clock_off {  // the seam ends with each group: nothing after it reads the simulated clock
+      ~sim_clock_off() { t_sim_monotonic_ns = -1; }
+    };
+    for (;;) {
+      proxy_item& it = grp[n];
+      if (!r.q.pop(it)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(o.speed > 0 ? 200 : 20));
+        continue;
+      }
+      if ((it.quit || it.start_only) && n > 0) {  // a group cut short (one of its P2P ops hung): emit what completes
+        const proxy_item cut = it;
+        {
+          const sim_clock_off off;
+          r.comms[std::size_t(grp[0].comm)]->complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+        }
+        n = 0;
+        grp[0] = cut;
+      }
+      proxy_item& cur = grp[n];
+      if (cur.quit) break;
+      comm_driver& c = *r.comms[std::size_t(cur.comm)];
+      if (cur.start_only) {
+        clk.wait_until(double(cur.start_ns - clk.base_ns) / 1e9, stop);
+        c.start_only(cur.op, cur.start_ns);
+        continue;
+      }
+      const int nch = std::min<int>(cur.op.n_channels, int(max_channels));
+      for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
+        auto& kt = times[n][std::size_t(ch)];
+        kt.start_ns = cur.start_ns + (mix(cur.start_ns, u64(ch)) % 700);
+        kt.stop_ns = std::max(cur.ch_stop[std::size_t(ch)], kt.start_ns + 1);
+      }
+      timed[n] = timed_op{&cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
+                          std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans))};
+      ++n;
+      if (!cur.group_last && n < grp.size()) continue;
+      // All ops of a group run on one communicator.
+      {
+        const sim_clock_off off;
+        c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+      }
+      for (std::size_t i = 0; i < n; ++i)
+        if (grp[i].pxn) c.foreign_proxy_op(pid_t(::getpid() + 100000), 0, 0, 0);
+      n = 0;
+    }
+    r.proxy_done.store(true);
+  }
+
+  void write_prom(const std::string& dir) const {
+    if (dir.empty()) return;
+    std::ostringstream s;
+    s << "# HELP ncclinsp_sim_step_tflops Throughput of the rank's last simulated training step, TFLOP/s per GPU.\n"
+         "# TYPE ncclinsp_sim_step_tflops gauge\n";
+    for (const auto& r : ranks)
+      s << "ncclinsp_sim_step_tflops{node=\"" << node_label(r->node) << "\",rank=\"" << r->global << "\"} "
+        << r->tflops.load() << "\n";
+    s << "# HELP ncclinsp_sim_steps_total Simulated training steps completed by the rank.\n"
+         "# TYPE ncclinsp_sim_steps_total counter\n";
+    for (const auto& r : ranks)
+      s << "ncclinsp_sim_steps_total{node=\"" << node_label(r->node) << "\",rank=\"" << r->global << "\"} "
+        << r->steps.load() << "\n";
+    const fs::path final_path = fs::path(dir) / "ncclinsp_sim.prom";
+    const fs::path tmp = fs::path(dir) / ".ncclinsp_sim.prom.tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << s.str();
+      if (!f) return;
+    }
+    std::error_code ec;
+    fs::rename(tmp, final_path, ec);
+  }
+
+  int run(const std::vector<int>& nodes, const std::string& prom_dir) {
+    for (int node : nodes)
+      for (int l = 0; l < o.gpus; ++l) {
+        auto r = std::make_unique<rank_state>();
+        r->node = node;
+        r->local = l;
+        r->global = node * o.gpus + l;
+        r->comms.resize(4);
+        ranks.push_back(std::move(r));
+      }
+    // Communicator init runs on each rank's own thread (concurrently, like ncclCommInitRank per GPU).
+    {
+      std::vector<std::thread> init;
+      for (auto& rp : ranks)
+        init.emplace_back([this, r = rp.get()] {
+          bind_device(r->node, r->local);
+          for (comm_kind k : {comm_kind::tp, comm_kind::fsdp, comm_kind::dp, comm_kind::pp}) {
+            if (comm_size(o, k) < 2) continue;
+            r->comms[std::size_t(k)] = std::make_unique<comm_driver>(lib, make_comm(*r, k));
+          }
+        });
+      for (auto& t : init) t.join();
+    }
+    std::vector<std::thread> threads;
+    for (auto& rp : ranks) {
+      threads.emplace_back([this, r = rp.get()] { proxy_thread(*r); });
+      threads.emplace_back([this, r = rp.get()] { user_thread(*r); });
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread writer([&] {
+      std::unique_lock lk(mu);
+      while (!done) {
+        write_prom(prom_dir);
+        cv.wait_for(lk, std::chrono::seconds(1), [&] { return done; });
+      }
+    });
+    for (auto& t : threads) t.join();
+    {
+      std::lock_guard lk(mu);
+      done = true;
+    }
+    cv.notify_all();
+    writer.join();
+    write_prom(prom_dir);
+    // ncclCommDestroy: finalize every communicator (destroy order: last created first).
+    for (auto& r : ranks)
+      for (auto it = r->comms.rbegin(); it != r->comms.rend(); ++it)
+        if (*it) (*it)->finalize();
+    for (auto& r : ranks) r->comms.clear();
+    return 0;
+  }
+};
+
+}  // namespace ncclinsp::sim::app
