@@ -1,7 +1,6 @@
 // Matching ops across ranks and attributing slowness to ranks and hosts.
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -9,6 +8,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "report.hpp"
 
@@ -200,10 +201,9 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
       const auto& ph = a.proxy_hosts;
       if (ph.size() >= 3 && ph[0].ratio > o.proxy_host_ratio) {
         inc.culprit = j.hosts[ph[0].host];
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "%.2fx the median host's network wire time per byte, on its in and out edges (proxy SendWait; next %.2fx)",
-                      ph[0].ratio, ph[1].ratio);
-        inc.detail = inc.culprit + ": slow host or NIC, " + buf;
+        inc.detail = fmt::format("{}: slow host or NIC, {:.2f}x the median host's network wire time per byte, on its in and out edges "
+                                 "(proxy SendWait; next {:.2f}x)",
+                                 inc.culprit, ph[0].ratio, ph[1].ratio);
       } else if (all_bad || nc == 0 || nc == bad_hosts.size()) {
         inc.culprit = "";
         inc.detail = "every network communicator degraded: the fabric, or one host/NIC on every path (kernel time cannot tell which; "
@@ -239,12 +239,7 @@ std::string human_bytes(std::uint64_t b) {
   int u = 0;
   double v = static_cast<double>(b);
   while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  if (v == std::floor(v))
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
+  return v == std::floor(v) ? fmt::format("{:.0f} {}", v, units[u]) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
 analysis analyze(job& j, const analysis_options& o) {

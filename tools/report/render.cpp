@@ -1,11 +1,12 @@
 // Text, CSV, JSON and self-contained HTML (inline SVG) output.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "ncclinsp/format/json_writer.hpp"
 #include "report.hpp"
@@ -14,12 +15,7 @@ namespace ncclinsp::report {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string pct(double rel) { return fmt("%+.1f%%", (rel - 1) * 100); }
+std::string pct(double rel) { return fmt::format("{:+.1f}%", (rel - 1) * 100); }
 std::string pad(std::string s, std::size_t w, bool right = false) {
   if (s.size() >= w) return s + " ";
   return right ? std::string(w - s.size(), ' ') + s + " " : s + std::string(w - s.size(), ' ') + " ";
@@ -65,14 +61,14 @@ std::string verdict(const job& j, const analysis& a) {
   auto s = stragglers(a);
   if (a.hosts.size() < 2) return "only one host in the data: host attribution needs ops that span hosts";
   if (s.empty())
-    return "no straggler host: no rank arrives late (exec time within " + fmt("%.0f", a.threshold * 100) +
+    return "no straggler host: no rank arrives late (exec time within " + fmt::format("{:.0f}", a.threshold * 100) +
            "% of the op median in 90% of ops); a slowdown of every rank alike is a network or NVLink matter (see the timeline)";
   std::string out = "straggler host" + std::string(s.size() > 1 ? "s" : "") + ": ";
   for (std::size_t i = 0; i < s.size(); ++i) {
     out += (i ? ", " : "") + j.hosts[s[i]->host];
     for (const auto& r : a.ranks)  // sorted latest first: the host's latest straggler rank
       if (r.straggler && r.host == s[i]->host) {
-        out += " (rank " + std::to_string(r.rank) + " of " + j.comms[r.comm].name + " arrives " + fmt("%.1f", r.late_us) + " us late: exec " +
+        out += " (rank " + std::to_string(r.rank) + " of " + j.comms[r.comm].name + " arrives " + fmt::format("{:.1f}", r.late_us) + " us late: exec " +
                pct(r.rel_exec_in_op) + " vs. the op median; its peers wait for it)";
         break;
       }
@@ -80,7 +76,7 @@ std::string verdict(const job& j, const analysis& a) {
   return out;
 }
 
-std::string tl_time(const timeline& t, std::size_t b) { return fmt("%.1f", static_cast<double>(b) * t.bin_s); }
+std::string tl_time(const timeline& t, std::size_t b) { return fmt::format("{:.1f}", static_cast<double>(b) * t.bin_s); }
 
 std::string incident_line(const timeline& t, const timeline::incident& i) {
   std::string s = "t+" + tl_time(t, i.first_bin) + "s..t+" + tl_time(t, i.last_bin + 1) + "s: " + i.kind;
@@ -114,9 +110,9 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
      << pad("p50", 8, true) << pad("p90", 8, true) << pad("min", 8, true) << pad("exec_p50_us", 12, true) << pad("time%", 6, true) << "\n";
   for (const auto& s : a.sizes) {
     os << pad(comm_label(j.comms[s.comm]), 16) << pad(j.funcs[s.fn], 14) << pad(human_bytes(s.bytes), 10, true)
-       << pad(std::to_string(s.ops), 7, true) << pad(std::to_string(s.records), 8, true) << pad(fmt("%.2f", s.busbw.p50), 8, true)
-       << pad(fmt("%.2f", s.busbw.p90), 8, true) << pad(fmt("%.2f", s.busbw.min), 8, true) << pad(fmt("%.1f", s.exec_us.p50), 12, true)
-       << pad(fmt("%.1f", s.time_share * 100), 6, true) << (s.invalid ? "  (" + std::to_string(s.invalid) + " invalid)" : "") << "\n";
+       << pad(std::to_string(s.ops), 7, true) << pad(std::to_string(s.records), 8, true) << pad(fmt::format("{:.2f}", s.busbw.p50), 8, true)
+       << pad(fmt::format("{:.2f}", s.busbw.p90), 8, true) << pad(fmt::format("{:.2f}", s.busbw.min), 8, true) << pad(fmt::format("{:.1f}", s.exec_us.p50), 12, true)
+       << pad(fmt::format("{:.1f}", s.time_share * 100), 6, true) << (s.invalid ? "  (" + std::to_string(s.invalid) + " invalid)" : "") << "\n";
   }
 
   os << "\nHosts (busbw vs. the median rank of the same op, over ops spanning hosts; vs. job = vs. the median of the same\n"
@@ -127,7 +123,7 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
   for (const auto& h : a.hosts)
     os << pad(j.hosts[h.host], 20) << pad(std::to_string(h.ranks), 5, true) << pad(std::to_string(h.records), 8, true)
        << pad(pct(h.rel_in_op), 12, true) << pad(pct(h.rel_busbw), 13, true) << pad(pct(h.rel_exec), 12, true)
-       << pad(fmt("%.1f", h.late_us), 10, true) << pad(std::to_string(h.slow_ops), 9, true) << (h.straggler ? "STRAGGLER" : "ok") << "\n";
+       << pad(fmt::format("{:.1f}", h.late_us), 10, true) << pad(std::to_string(h.slow_ops), 9, true) << (h.straggler ? "STRAGGLER" : "ok") << "\n";
 
   const std::size_t n = std::min<std::size_t>(a.ranks.size(), static_cast<std::size_t>(std::max(top_ranks, 0)));
   if (n) {
@@ -138,20 +134,20 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
       const auto& r = a.ranks[i];
       os << pad(comm_label(j.comms[r.comm]), 16) << pad(j.comms[r.comm].id, 19) << pad(std::to_string(r.rank), 5, true)
          << pad(j.hosts[r.host], 20) << pad(std::to_string(r.records), 8, true) << pad(pct(r.rel_in_op), 12, true)
-         << pad(pct(r.rel_busbw), 13, true) << pad(pct(r.rel_exec_in_op), 11, true) << pad(fmt("%.1f", r.late_us), 10, true) << r.slow_ops
+         << pad(pct(r.rel_busbw), 13, true) << pad(pct(r.rel_exec_in_op), 11, true) << pad(fmt::format("{:.1f}", r.late_us), 10, true) << r.slow_ops
          << (r.straggler ? "  STRAGGLER" : "") << "\n";
     }
   }
   for (const auto& m : a.missing_ranks) os << "missing: " << m << "\n";
   const auto& t = a.time;
   if (t.bins) {
-    os << "\nTimeline (" << t.bins << " bins of " << fmt("%.2f", t.bin_s) << " s by op end time; busbw vs. the series' baseline: '.' within "
-       << fmt("%.0f", a.threshold * 100) << "%, 'v' below, ' ' no op; '^' incident)\n";
+    os << "\nTimeline (" << t.bins << " bins of " << fmt::format("{:.2f}", t.bin_s) << " s by op end time; busbw vs. the series' baseline: '.' within "
+       << fmt::format("{:.0f}", a.threshold * 100) << "%, 'v' below, ' ' no op; '^' incident)\n";
     os << pad("series", 20) << pad("base_GB/s", 10, true) << "\n";
     for (const auto& r : t.rows) {
       std::string line;
       for (double v : r.busbw) line += v < 0 ? ' ' : v < (1 - a.threshold) * r.baseline ? 'v' : '.';
-      os << pad((r.host ? "host " : "") + r.name, 20) << pad(fmt("%.1f", r.baseline), 10, true) << line << "\n";
+      os << pad((r.host ? "host " : "") + r.name, 20) << pad(fmt::format("{:.1f}", r.baseline), 10, true) << line << "\n";
     }
     std::string mark(t.bins, ' ');
     for (const auto& i : t.incidents)
@@ -270,7 +266,7 @@ std::string heat(double rel, double thr) {
   // 1.0 (or better) green .. 1 - 3*threshold (or worse) red.
   double t = (rel - (1 - 3 * thr)) / (3 * thr);
   t = std::clamp(t, 0.0, 1.0);
-  return "hsl(" + fmt("%.0f", t * 120) + ",70%,45%)";
+  return "hsl(" + fmt::format("{:.0f}", t * 120) + ",70%,45%)";
 }
 
 /// busbw p50 by message size, one series per communicator class, for one collective.
@@ -298,7 +294,7 @@ void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_
   for (int i = 0; i <= 4; ++i) {
     const double v = ymax * i / 4;
     os << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v) << "\" class=\"grid\"/>";
-    os << "<text x=\"" << L - 4 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\" class=\"ax\">" << fmt("%.0f", v) << "</text>";
+    os << "<text x=\"" << L - 4 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\" class=\"ax\">" << fmt::format("{:.0f}", v) << "</text>";
   }
   std::set<std::uint64_t> sizes;
   for (auto* s : rows) sizes.insert(s->bytes);
@@ -317,8 +313,8 @@ void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_
       os << "<line x1=\"" << X(s->bytes) << "\" x2=\"" << X(s->bytes) << "\" y1=\"" << Y(s->busbw.min) << "\" y2=\"" << Y(s->busbw.p90)
          << "\" stroke=\"" << col << "\" stroke-opacity=\"0.5\" stroke-width=\"6\"/>";
       os << "<circle cx=\"" << X(s->bytes) << "\" cy=\"" << Y(s->busbw.p50) << "\" r=\"4\" fill=\"" << col << "\"><title>" << html(name) << ' '
-         << html(human_bytes(s->bytes)) << ": p50 " << fmt("%.2f", s->busbw.p50) << " GB/s, p90 " << fmt("%.2f", s->busbw.p90) << ", min "
-         << fmt("%.2f", s->busbw.min) << " (" << s->records << " records)</title></circle>";
+         << html(human_bytes(s->bytes)) << ": p50 " << fmt::format("{:.2f}", s->busbw.p50) << " GB/s, p90 " << fmt::format("{:.2f}", s->busbw.p90) << ", min "
+         << fmt::format("{:.2f}", s->busbw.min) << " (" << s->records << " records)</title></circle>";
     }
     const double ly = H - B + 26 + 14 * (si / 3);
     os << "<rect x=\"" << L + 6 + 120 * (si % 3) << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\"" << col << "\"/>";
@@ -336,7 +332,7 @@ void chart_hosts(std::ostream& os, const job& j, const analysis& a) {
   const double mid = L + (W - L - R) / 2, half = (W - L - R) / 2;
   os << "<svg class=\"chart hosts\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
      << "\" role=\"img\"><title>Per-host arrival: exec time of its latest rank vs. the op median</title>";
-  os << "<text x=\"8\" y=\"16\" class=\"t\">exec time of each host's latest rank vs. the op median (red: straggler, below -" << fmt("%.0f", a.threshold * 100)
+  os << "<text x=\"8\" y=\"16\" class=\"t\">exec time of each host's latest rank vs. the op median (red: straggler, below -" << fmt::format("{:.0f}", a.threshold * 100)
      << "%)</text>";
   const double thx = mid - a.threshold / span * half;
   os << "<line x1=\"" << thx << "\" x2=\"" << thx << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16 << "\" class=\"thr\"/>";
@@ -372,7 +368,7 @@ void chart_ranks(std::ostream& os, const job& j, const analysis& a) {
   const double W = L + cell * static_cast<double>(maxr) + 10, H = T + row * static_cast<double>(comms.size()) + 8;
   os << "<svg class=\"chart ranks\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
      << "\" role=\"img\"><title>Per-rank heat strip</title>";
-  os << "<text x=\"8\" y=\"16\" class=\"t\">busbw per rank vs. the op median (green = at median, red = " << fmt("%.0f", a.threshold * 300)
+  os << "<text x=\"8\" y=\"16\" class=\"t\">busbw per rank vs. the op median (green = at median, red = " << fmt::format("{:.0f}", a.threshold * 300)
      << "% or more below)</text>";
   double y = T;
   for (auto c : comms) {
@@ -412,12 +408,12 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
   for (const auto& h : a.hosts)
     os << "<tr" << (h.straggler ? " class=\"straggler\"" : "") << "><td class=\"l\">" << html(j.hosts[h.host]) << "</td><td>" << h.ranks << "</td><td>"
        << h.records << "</td><td>" << pct(h.rel_in_op) << "</td><td>" << pct(h.rel_busbw) << "</td><td>" << pct(h.rel_exec) << "</td><td>"
-       << fmt("%.1f", h.late_us) << "</td><td>" << h.slow_ops << "</td><td class=\"l\">" << (h.straggler ? "STRAGGLER" : "ok") << "</td></tr>\n";
+       << fmt::format("{:.1f}", h.late_us) << "</td><td>" << h.slow_ops << "</td><td class=\"l\">" << (h.straggler ? "STRAGGLER" : "ok") << "</td></tr>\n";
   os << "</table>\n";
   if (a.time.bins) {
     const auto& t = a.time;
-    os << "<h2>Timeline</h2>\n<p>Bus bandwidth per communicator and per host in bins of " << fmt("%.2f", t.bin_s)
-       << " s (cell: GB/s; red: below " << fmt("%.0f", (1 - a.threshold) * 100) << "% of the series' baseline; incident bins outlined).</p>\n"
+    os << "<h2>Timeline</h2>\n<p>Bus bandwidth per communicator and per host in bins of " << fmt::format("{:.2f}", t.bin_s)
+       << " s (cell: GB/s; red: below " << fmt::format("{:.0f}", (1 - a.threshold) * 100) << "% of the series' baseline; incident bins outlined).</p>\n"
        << "<table id=\"timeline\" style=\"font-size:10px\"><tr><th class=\"l\">series</th><th>base</th>";
     std::vector<char> inc(t.bins, 0);
     for (const auto& i : t.incidents)
@@ -425,10 +421,10 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
     for (std::size_t b = 0; b < t.bins; ++b) os << "<th" << (inc[b] ? " class=\"incident\" style=\"outline:2px solid #d62728\"" : "") << ">" << tl_time(t, b) << "</th>";
     os << "</tr>\n";
     for (const auto& r : t.rows) {
-      os << "<tr><td class=\"l\">" << (r.host ? "host " : "") << html(r.name) << "</td><td>" << fmt("%.1f", r.baseline) << "</td>";
+      os << "<tr><td class=\"l\">" << (r.host ? "host " : "") << html(r.name) << "</td><td>" << fmt::format("{:.1f}", r.baseline) << "</td>";
       for (double v : r.busbw)
         os << "<td" << (v >= 0 && v < (1 - a.threshold) * r.baseline ? " style=\"background:#f6b0a8\"" : "") << ">"
-           << (v < 0 ? std::string() : fmt("%.0f", v)) << "</td>";
+           << (v < 0 ? std::string() : fmt::format("{:.0f}", v)) << "</td>";
       os << "</tr>\n";
     }
     os << "</table>\n<ul id=\"incidents\">\n";
@@ -443,9 +439,9 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
         "p50</th><th>p90</th><th>min</th><th>exec p50 (µs)</th><th>time %</th><th>invalid</th></tr>\n";
   for (const auto& s : a.sizes)
     os << "<tr><td class=\"l\">" << html(comm_label(j.comms[s.comm])) << "</td><td class=\"l\">" << html(j.funcs[s.fn]) << "</td><td>"
-       << html(human_bytes(s.bytes)) << "</td><td>" << s.ops << "</td><td>" << s.records << "</td><td>" << fmt("%.2f", s.busbw.p50) << "</td><td>"
-       << fmt("%.2f", s.busbw.p90) << "</td><td>" << fmt("%.2f", s.busbw.min) << "</td><td>" << fmt("%.1f", s.exec_us.p50) << "</td><td>"
-       << fmt("%.1f", s.time_share * 100) << "</td><td>" << s.invalid << "</td></tr>\n";
+       << html(human_bytes(s.bytes)) << "</td><td>" << s.ops << "</td><td>" << s.records << "</td><td>" << fmt::format("{:.2f}", s.busbw.p50) << "</td><td>"
+       << fmt::format("{:.2f}", s.busbw.p90) << "</td><td>" << fmt::format("{:.2f}", s.busbw.min) << "</td><td>" << fmt::format("{:.1f}", s.exec_us.p50) << "</td><td>"
+       << fmt::format("{:.1f}", s.time_share * 100) << "</td><td>" << s.invalid << "</td></tr>\n";
   os << "</table>\n<h2>Ranks</h2>\n";
   chart_ranks(os, j, a);
   os << "<table id=\"ranks\"><tr><th class=\"l\">comm</th><th class=\"l\">id</th><th>rank</th><th class=\"l\">host</th><th>records</th><th>busbw vs "
@@ -454,7 +450,7 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
     const auto& r = a.ranks[i];
     os << "<tr><td class=\"l\">" << html(comm_label(j.comms[r.comm])) << "</td><td class=\"l\">" << html(j.comms[r.comm].id) << "</td><td>" << r.rank
        << "</td><td class=\"l\">" << html(j.hosts[r.host]) << "</td><td>" << r.records << "</td><td>" << pct(r.rel_in_op) << "</td><td>"
-       << pct(r.rel_busbw) << "</td><td>" << fmt("%.1f", r.late_us) << "</td><td>" << r.slow_ops << "</td></tr>\n";
+       << pct(r.rel_busbw) << "</td><td>" << fmt::format("{:.1f}", r.late_us) << "</td><td>" << r.slow_ops << "</td></tr>\n";
   }
   os << "</table>\n";
   if (!j.warn.by_kind.empty() || !a.missing_ranks.empty()) {
