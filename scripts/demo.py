@@ -10,13 +10,15 @@ Timeline (simulated seconds = wall seconds, --speed 1):
     default (~10 min): healthy 0-90 | scenario 1: --net-degrade 50@90-210 | healthy 210-260 |
                       scenario 2: --slow-host 1:25@260-380 | healthy 380-450 |
                       scenario 3: --straggler R:3@450-550 (node2's second GPU) | healthy 550-580
-    --quick (~5.5 min): healthy 0-40 | net 50@40-100 | healthy 100-122 | slow 1:25@122-182 |
-                      182-245 | straggler R:3@245-315 | 315-330
+    --quick (~6.5 min): healthy 0-40 | net 50@40-100 | healthy 100-160 | slow 1:25@160-240 |
+                      240-300 | straggler R:3@300-370 | 370-385
 The job runs with proxy accounting on (NCCLINSP_PROXY=1): the slow host is named from its sampled
 proxy network wire time per byte on its in and out edges (NcclinspHostNetworkSlow), the straggler
 from its exec time against its communicators' median rank (NcclinspRankStraggler); both signals exist on real hardware, unlike
 per-rank kernel time, which the coupled collectives equalize (docs/diagnosis.md). The gap before
-scenario 3 outlasts the host signal's 1 m window, so its alert does not carry into the straggler.
+scenario 3 outlasts the host signal's 1 m window, so its alert does not carry into the straggler;
+the gap before scenario 2 lets the fabric change of scenario 1 settle out of that window (a host is
+not named while the median node's 1m rate still moves, ~90 s after a fabric-wide change).
 (The degradation alert compares with the job's own median of the previous 10 min, offset 1 min:
 it cannot fire before ~90 s into a job, hence the 100 s end of scenario 1 in --quick.)
 The node directories DIR/node<k> are the ones the stack's node_exporters read. The readout uses
@@ -48,7 +50,7 @@ def say(msg):
 def schedule(quick):
     # straggler: (node, local GPU, delay ms, t0, t1)
     if quick:
-        return dict(duration=330, net=(40, 100, 50), slow=(1, 122, 182, 25), strag=(2, 1, 3, 245, 315))
+        return dict(duration=385, net=(40, 100, 50), slow=(1, 160, 240, 25), strag=(2, 1, 3, 300, 370))
     return dict(duration=580, net=(90, 210, 50), slow=(1, 260, 380, 25), strag=(2, 1, 3, 450, 550))
 
 

@@ -6,7 +6,7 @@
 #
 #   scripts/demo.sh [--quick] [--keep] [--nodes N] [--gpus G] [--backend B] [--root DIR] [--no-install]
 #
-#   --quick       ~5.5 min job instead of ~10 min
+#   --quick       ~6.5 min job instead of ~10 min
 #   --keep        leave the stack running at the end (prints the URLs and the command that stops it)
 #   --nodes/--gpus  job shape (default 4 x 4; at least 2 nodes)
 #   --backend B   prometheus (default) or victoriametrics (vmagent + victoria-metrics + vmalert)
