@@ -79,6 +79,16 @@ struct collector_options {
 using comm_handle = std::uint32_t;
 inline constexpr comm_handle invalid_comm = ~comm_handle{0};
 
+namespace detail {
+/// One field of a collector cell key: its lowest bit and its width.
+struct key_field {
+  unsigned shift, bits;
+  constexpr std::uint64_t mask() const noexcept { return (std::uint64_t{1} << bits) - 1; }
+  constexpr std::uint64_t put(std::uint64_t v) const noexcept { return (v & mask()) << shift; }
+  constexpr std::uint32_t get(std::uint64_t k) const noexcept { return static_cast<std::uint32_t>((k >> shift) & mask()); }
+};
+}  // namespace detail
+
 template <class Traits = default_traits>
 class collector {
  public:
@@ -146,8 +156,8 @@ class collector {
       else
         c.proxy.reset(new (std::nothrow) proxy_table);  // without memory: no proxy accounting for it
     }
-    const std::uint32_t gen = (c.state_gen.load(std::memory_order_relaxed) >> 8) + 1;
-    c.state_gen.store(comm_live | (gen & 15u) << 8, std::memory_order_release);
+    const std::uint32_t gen = gen_of(c.state_gen.load(std::memory_order_relaxed)) + 1;
+    c.state_gen.store(comm_live | (gen & comm_gen_mask) << state_bits, std::memory_order_release);
     return h;
   }
 
@@ -159,9 +169,9 @@ class collector {
     comm_slot& c = comms_[h];
     c.abandoned.fetch_add(abandoned, std::memory_order_relaxed);
     c.probe = nullptr;
-    if ((c.state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_live) {
+    if (state_of(c.state_gen.load(std::memory_order_relaxed)) == comm_live) {
       c.retired_steady = steady_ns();
-      c.state_gen.store(comm_retired | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
+      c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_retired), std::memory_order_release);
     }
   }
 
@@ -216,7 +226,7 @@ class collector {
     const std::uint64_t dur = op.duration_ns();
     const bool valid = op.bytes_valid && op.bytes > 0 && dur > 0 && op.fn != func::unknown;
     const std::uint32_t tag = opts_.user_tag_label ? tag_index(op.user_tag) : 0;
-    const std::uint32_t gen = c.state_gen.load(std::memory_order_relaxed) >> 8;
+    const std::uint32_t gen = gen_of(c.state_gen.load(std::memory_order_relaxed));
     const std::uint64_t key = make_key(h, gen, op, valid ? inspector_bucketer::index(op.bytes) : 0, tag);
     cell* cl = find_cell(*s, key, exclusive);
     if (!cl) NCCLINSP_UNLIKELY {
@@ -272,7 +282,7 @@ class collector {
     {
       std::lock_guard lk(mu_);
       for (std::uint32_t i = 0; i < n_comms_; ++i) {
-        const std::uint32_t st = comms_[i].state_gen.load(std::memory_order_acquire) & 0xFF;
+        const std::uint32_t st = state_of(comms_[i].state_gen.load(std::memory_order_acquire));
         if (st != comm_live && st != comm_retired) continue;
         comm_index_[i] = static_cast<std::uint32_t>(snap.comms.size());
         snap.comms.push_back({.desc = comms_[i].desc, .retired = st == comm_retired});
@@ -328,9 +338,9 @@ class collector {
       for (std::uint32_t i = 0; i < n_comms_; ++i) {
         comm_slot& c = comms_[i];
         const std::uint32_t sg = c.state_gen.load(std::memory_order_acquire);
-        const std::uint32_t st = sg & 0xFF;
+        const std::uint32_t st = state_of(sg);
         if (st != comm_live && st != comm_retired) continue;
-        comm_gen[i] = static_cast<std::uint8_t>((sg >> 8) & 15u);
+        comm_gen[i] = static_cast<std::uint8_t>(gen_of(sg));
         comm_snapshot cs;
         cs.desc = c.desc;
         cs.retired = st == comm_retired;
@@ -356,7 +366,7 @@ class collector {
         cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
         cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
         if (cs.retired && now_steady - c.retired_steady >= retention_ns) {
-          c.state_gen.store(comm_gone | (sg & ~0xFFu), std::memory_order_release);
+          c.state_gen.store(with_state(sg, comm_gone), std::memory_order_release);
           fold_departed(cs.desc, cs.dropped, cs.filtered);
           gone_now.push_back(i);
         } else {
@@ -421,6 +431,17 @@ class collector {
  private:
   static std::uint64_t unix_ns() noexcept { return detail::unix_ns(); }
   static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
+  // comm_slot::state_gen = state (low byte: comm_free .. comm_gone) | generation << state_bits.
+  static constexpr unsigned state_bits = 8;                           // bits of the state byte
+  static constexpr std::uint32_t state_mask = (1u << state_bits) - 1;  // selects the state byte
+  static constexpr std::uint32_t comm_gen_mask = 15;                  // generations wrap at 4 bits (the key's field)
+  static constexpr std::uint32_t state_of(std::uint32_t sg) noexcept { return sg & state_mask; }
+  static constexpr std::uint32_t gen_of(std::uint32_t sg) noexcept { return (sg >> state_bits) & comm_gen_mask; }
+  /// `sg` with its state replaced by `st`, generation kept.
+  static constexpr std::uint32_t with_state(std::uint32_t sg, std::uint32_t st) noexcept { return st | (sg & ~state_mask); }
+  /// Tag index of a user tag that found no free entry (more than max_user_tags distinct tags): the
+  /// serializers render it "other" (it is past snapshot::user_tags).
+  static constexpr std::uint32_t other_tag = 31;
 
   struct alignas(detail::cache_line) cell {  // cell_stats' fields as atomics (for_each_stat walks both)
     std::atomic<std::uint64_t> key{0};
@@ -520,30 +541,34 @@ class collector {
   };
 
   // key: 1 (valid) | tag 5 | comm 12 | comm generation 4 | func 4 | algo 4 | proto 3 | timing 2 | size 29
+  static constexpr std::uint64_t key_valid = std::uint64_t{1} << 63;  // never 0 for a used cell
+  static constexpr detail::key_field key_tag{58, 5}, key_comm_f{46, 12}, key_gen_f{42, 4}, key_fn{38, 4}, key_alg{34, 4}, key_pro{31, 3},
+      key_timing{29, 2}, key_size{0, 29};
   static constexpr std::uint64_t make_key(comm_handle h, std::uint32_t gen, const op_record& op, std::uint32_t size_idx,
                                           std::uint32_t tag) noexcept {
-    return (std::uint64_t{1} << 63) | (std::uint64_t{tag & 31u} << 58) | (std::uint64_t{h & 0xFFFu} << 46) | (std::uint64_t{gen & 15u} << 42) |
-           (std::uint64_t{static_cast<std::uint8_t>(op.fn) & 15u} << 38) | (std::uint64_t{static_cast<std::uint8_t>(op.alg) & 15u} << 34) |
-           (std::uint64_t{static_cast<std::uint8_t>(op.pro) & 7u} << 31) | (std::uint64_t{static_cast<std::uint8_t>(op.timing) & 3u} << 29) |
-           (size_idx & 0x1FFFFFFFu);
+    return key_valid | key_tag.put(tag) | key_comm_f.put(h) | key_gen_f.put(gen) | key_fn.put(static_cast<std::uint8_t>(op.fn)) |
+           key_alg.put(static_cast<std::uint8_t>(op.alg)) | key_pro.put(static_cast<std::uint8_t>(op.pro)) |
+           key_timing.put(static_cast<std::uint8_t>(op.timing)) | key_size.put(size_idx);
   }
-  static constexpr std::uint32_t key_comm(std::uint64_t k) noexcept { return static_cast<std::uint32_t>((k >> 46) & 0xFFF); }
-  static constexpr std::uint32_t key_gen(std::uint64_t k) noexcept { return static_cast<std::uint32_t>((k >> 42) & 15); }
+  static constexpr std::uint32_t key_comm(std::uint64_t k) noexcept { return key_comm_f.get(k); }
+  static constexpr std::uint32_t key_gen(std::uint64_t k) noexcept { return key_gen_f.get(k); }
   static void decode_key(std::uint64_t k, cell_snapshot& c) noexcept {
-    c.tag_index = static_cast<std::uint32_t>((k >> 58) & 31);
-    c.fn = static_cast<func>((k >> 38) & 15);
-    c.alg = static_cast<algo>((k >> 34) & 15);
-    c.pro = static_cast<proto>((k >> 31) & 7);
-    c.timing = static_cast<timing_source>((k >> 29) & 3);
-    c.size_index = static_cast<std::uint32_t>(k & 0x1FFFFFFFu);
+    c.tag_index = key_tag.get(k);
+    c.fn = static_cast<func>(key_fn.get(k));
+    c.alg = static_cast<algo>(key_alg.get(k));
+    c.pro = static_cast<proto>(key_pro.get(k));
+    c.timing = static_cast<timing_source>(key_timing.get(k));
+    c.size_index = key_size.get(k);
   }
   /// A cell whose communicator slot was freed or reused (its key's generation is not current).
   bool stale(std::uint64_t k) const noexcept {
     const std::uint32_t sg = comms_[key_comm(k)].state_gen.load(std::memory_order_relaxed);
-    return (sg & 0xFF) == comm_gone || (sg & 0xFF) == comm_free || ((sg >> 8) & 15u) != key_gen(k);
+    return state_of(sg) == comm_gone || state_of(sg) == comm_free || gen_of(sg) != key_gen(k);
   }
-  static_assert(Traits::max_comms <= 4096, "comm handles use 12 key bits");
-  static_assert(Traits::max_user_tags <= 30, "tags use 5 key bits; 31 is \"other\"");
+  static_assert(Traits::max_comms <= (1u << 12), "comm handles use 12 key bits");
+  static_assert(comm_gen_mask == key_gen_f.mask(), "the slot generation is the key's generation field");
+  static_assert(other_tag == key_tag.mask(), "other_tag is the tag field's largest value");
+  static_assert(Traits::max_user_tags < other_tag, "tags use 5 key bits; other_tag is \"other\"");
   static_assert((Traits::cells_per_shard & (Traits::cells_per_shard - 1)) == 0, "cells_per_shard must be a power of two");
   static_assert(Traits::max_shards >= 2);
 
@@ -561,12 +586,12 @@ class collector {
   comm_handle oldest_retired() noexcept {
     comm_handle best = invalid_comm;
     for (std::uint32_t i = 0; i < n_comms_; ++i)
-      if ((comms_[i].state_gen.load(std::memory_order_relaxed) & 0xFF) == comm_retired &&
+      if (state_of(comms_[i].state_gen.load(std::memory_order_relaxed)) == comm_retired &&
           (best == invalid_comm || comms_[i].retired_steady < comms_[best].retired_steady))
         best = i;
     if (best == invalid_comm) return best;
     comm_slot& c = comms_[best];
-    c.state_gen.store(comm_gone | (c.state_gen.load(std::memory_order_relaxed) & ~0xFFu), std::memory_order_release);
+    c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_gone), std::memory_order_release);
     decltype(comm_snapshot::dropped) dropped{};
     for (std::size_t r = 0; r < dropped.size(); ++r) dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
     fold_departed(c.desc, dropped, {c.filtered_min_size.load(std::memory_order_relaxed), c.filtered_no_gpu.load(std::memory_order_relaxed)});
@@ -764,7 +789,7 @@ class collector {
         // Its communicator was added after this snapshot listed them (add_comm racing the
         // exporter): leave it, and what follows, for the next drain, which lists it. Skipping it
         // lost those records uncounted (test_reliability "JSON mode: N ops in ...", under ASan).
-        const std::uint32_t st = comms_[r.comm].state_gen.load(std::memory_order_acquire) & 0xFF;
+        const std::uint32_t st = state_of(comms_[r.comm].state_gen.load(std::memory_order_acquire));
         if (st == comm_live || st == comm_retired) break;
         continue;
       }
@@ -788,7 +813,7 @@ class collector {
         if (tags_[i].compare_exchange_strong(v, tag, std::memory_order_acq_rel) || v == tag) return i + 1;
       }
     }
-    return 31;  // "other": rendered by the serializers without a snapshot::user_tags entry
+    return other_tag;
   }
 
   static cell_stats diff(const cell_stats& a, const cell_stats& b) noexcept {

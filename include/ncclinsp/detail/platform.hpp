@@ -11,6 +11,8 @@ inline constexpr std::size_t cache_line = 64;
 #define NCCLINSP_UNLIKELY [[unlikely]]
 #if defined(__GNUC__)
 #define NCCLINSP_COLD [[gnu::cold, gnu::noinline]]
+#define NCCLINSP_INLINE [[gnu::always_inline]] inline
 #else
 #define NCCLINSP_COLD
+#define NCCLINSP_INLINE inline
 #endif

@@ -64,22 +64,18 @@ class reader_gate {
   };
 
   /// Opens a read section on this thread (hot path: no locked instruction with membarrier).
-  [[nodiscard]] section enter() noexcept {
-    if (!marks_) NCCLINSP_UNLIKELY return section(nullptr, false, 0);
+  /// The common case (membarrier available, the thread has its own slot) is inlined at the call
+  /// site; the rest is out of line.
+  [[nodiscard]] NCCLINSP_INLINE section enter() noexcept {
     const std::uint32_t slot = thread_slot();
-    mark& m = marks_[slot];
-    if (slot == overflow_slot) NCCLINSP_UNLIKELY {
-      m.seq.fetch_add(1, std::memory_order_seq_cst);
-      return section(&m, true, 0);
-    }
-    const std::uint64_t v = m.seq.load(std::memory_order_relaxed) + 1;  // only this thread writes it
-    if (expedited_) NCCLINSP_LIKELY {
+    if (expedited_ && marks_ && slot != overflow_slot) NCCLINSP_LIKELY {
+      mark& m = marks_[slot];
+      const std::uint64_t v = m.seq.load(std::memory_order_relaxed) + 1;  // only this thread writes it
       m.seq.store(v, std::memory_order_relaxed);  // odd: inside; the reclaimer's membarrier orders it
       std::atomic_signal_fence(std::memory_order_seq_cst);
-    } else {
-      m.seq.exchange(v, std::memory_order_seq_cst);  // pairs with the seq_cst unpublish and scan
+      return section(&m, false, v);
     }
-    return section(&m, false, v);
+    return enter_slow(slot);
   }
 
   /// After unpublishing: waits (up to `limit`) until no reader can hold what was unpublished.
@@ -105,6 +101,18 @@ class reader_gate {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::yield();
     return true;
+  }
+
+  NCCLINSP_COLD section enter_slow(std::uint32_t slot) noexcept {
+    if (!marks_) return section(nullptr, false, 0);
+    mark& m = marks_[slot];
+    if (slot == overflow_slot) {
+      m.seq.fetch_add(1, std::memory_order_seq_cst);
+      return section(&m, true, 0);
+    }
+    const std::uint64_t v = m.seq.load(std::memory_order_relaxed) + 1;  // only this thread writes it
+    m.seq.exchange(v, std::memory_order_seq_cst);  // no membarrier: pairs with the seq_cst unpublish and scan
+    return section(&m, false, v);
   }
 
   bool expedited_;

@@ -25,7 +25,7 @@ inline constexpr std::uint32_t proxy_steps_per_comm = 1024;
 struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
   std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
-  std::atomic<std::uint32_t> ch_stopped{0};
+  std::atomic<std::uint32_t> ch_stopped{0};   // channels stopped; one writer (the op's channel thread)
   std::atomic<std::uint64_t> started_at{0};   // coarse CPU ns at enqueue, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};

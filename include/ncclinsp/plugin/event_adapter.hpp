@@ -136,7 +136,7 @@ class event_adapter {
     return idx < max_plugin_comms ? comms_[idx].load(std::memory_order_seq_cst) : nullptr;
   }
   /// The live op a decoded handle names, or nullptr (unknown comm, out of range, stale generation).
-  op_slot* find_op(const decoded& k, comm_state*& cs) const noexcept {
+  NCCLINSP_INLINE op_slot* find_op(const decoded& k, comm_state*& cs) const noexcept {
     cs = live_comm(k.comm);
     if (!cs || k.slot >= cs->ops.size()) return nullptr;
     op_slot& s = cs->ops[k.slot];
@@ -150,10 +150,14 @@ class event_adapter {
     return cs && handle_gen(cs->gen) == k.gen ? cs : nullptr;
   }
 
-  // Channel timestamps of one op are delivered by one thread (NCCL's proxy thread, or the
-  // communicator's profiler thread since 2.31), so min/max are plain load+store: no locked
-  // instruction per channel. Were two threads ever to race here, the span could only come out
-  // slightly short; completion itself is an exact atomic count (ch_stopped).
+  // Threading assumption of the channel path (nccl-profiler-abi.md §8 "KernelCh: proxy thread,
+  // profilerProxyProgress"; nccl-newest-delta.md §3.1: since 2.31 "KernelCh start/record/stop ...
+  // arrive on [the communicator's profiler] thread"): every KernelCh callback of one op comes from
+  // the one thread that progresses its communicator (one proxy/profiler thread per communicator,
+  // shared by shareResources children, so still one per op). Hence the channel fields of op_slot
+  // (gpu/cpu min/max, ch_stopped) have a single writer and are plain load+store: no locked
+  // instruction per channel. The slot's reset in begin_op happens before NCCL hands the op to that
+  // thread (NCCL's own queue orders it); the Coll stop on the user thread reads none of them.
   static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
     const std::uint64_t cur = a.load(std::memory_order_relaxed);
     if (cur == 0 || v < cur) a.store(v, std::memory_order_relaxed);
@@ -303,7 +307,12 @@ class event_adapter {
         c->stop_cpu_ns = clock_ns(CLOCK_REALTIME);
       }
     }
-    const std::uint32_t stopped = s.ch_stopped.fetch_add(1, std::memory_order_acq_rel) + 1;
+    // Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so
+    // the count is a plain load+store on the op's own line, not a locked RMW. The op completes
+    // exactly once: only the stop that brings the count to expected_ch completes it, and the
+    // enqueue side (Coll stop, another thread) never touches ch_stopped; the two sides meet in refs.
+    const std::uint32_t stopped = s.ch_stopped.load(std::memory_order_relaxed) + 1;
+    s.ch_stopped.store(stopped, std::memory_order_relaxed);
     if (stopped == s.expected_ch) {
       complete(*cs, s, false);
       drop_ref(*cs, k.slot, s);

@@ -44,8 +44,8 @@ namespace ncclinsp::plugin {
 /// later communicator reuses it and counters continue.
 class plugin_state : public event_adapter {
  public:
-  static plugin_state& get() {
-    static plugin_state* s = new plugin_state();  // never destroyed: NCCL threads may outlive static destructors
+  NCCLINSP_INLINE static plugin_state& get() {
+    static plugin_state* s = make();  // never destroyed: NCCL threads may outlive static destructors
     return *s;
   }
 
@@ -146,6 +146,7 @@ class plugin_state : public event_adapter {
   }
 
  private:
+  NCCLINSP_COLD static plugin_state* make() { return new plugin_state(); }  // out of line: get() stays small
   plugin_state() = default;
 
   void configure(int abi_version) {
