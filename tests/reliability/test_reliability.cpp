@@ -1172,6 +1172,7 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
             b.finalize();
             // The old exporter's final export (before) and the new one's (after) reach the file.
             const bool landed = wait_for([&] { return records_of("before") >= 20 && records_of("after") >= 7; }, 10s);
+            wait_for([&] { return reads.load() >= 10; });  // a slow reader (ASan, busy machine) still gets its 10 reads
             stop = true;
             reader.join();
             drained = true;
