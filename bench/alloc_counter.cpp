@@ -32,18 +32,34 @@ std::uint64_t total_allocs() noexcept { return g_allocs.load(std::memory_order_r
 void* operator new(std::size_t n) { return counted(n); }
 void* operator new[](std::size_t n) { return counted(n); }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try { return counted(n); } catch (...) { return nullptr; }
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try { return counted(n); } catch (...) { return nullptr; }
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
 void* operator new[](std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
 void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try { return counted_aligned(n, a); } catch (...) { return nullptr; }
+  try {
+    return counted_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try { return counted_aligned(n, a); } catch (...) { return nullptr; }
+  try {
+    return counted_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }

@@ -17,8 +17,10 @@
 namespace ncclinsp::bench {
 
 /// The collectives and sizes of a typical training step: 4 collectives x 5 sizes.
-inline constexpr std::array<func, 4> mix_funcs = {func::all_reduce, func::all_gather, func::reduce_scatter, func::broadcast};
-inline constexpr std::array<std::uint64_t, 5> mix_counts = {1u << 12, 1u << 16, 1u << 20, 1u << 23, 1u << 26};  // bf16 elements
+inline constexpr std::array<func, 4> mix_funcs = {func::all_reduce, func::all_gather, func::reduce_scatter,
+                                                  func::broadcast};
+inline constexpr std::array<std::uint64_t, 5> mix_counts = {1u << 12, 1u << 16, 1u << 20, 1u << 23,
+                                                            1u << 26};  // bf16 elements
 inline constexpr std::size_t mix_size = mix_funcs.size() * mix_counts.size();
 
 /// Op i of the mix (bf16, ring/simple, GPU timing, 8 channels); duration grows with the size.
@@ -40,8 +42,8 @@ inline op_record mix_op(std::size_t i, std::uint64_t seq = 0) noexcept {
 /// Call with thread_allocs() taken right before the loop. Averaged over the benchmark's threads.
 inline void report_allocs(benchmark::State& st, std::uint64_t before, double ops_per_iter = 1.0) {
   const double ops = static_cast<double>(st.iterations()) * ops_per_iter;
-  st.counters["allocs_per_op"] =
-      benchmark::Counter(ops > 0 ? static_cast<double>(thread_allocs() - before) / ops : 0.0, benchmark::Counter::kAvgThreads);
+  st.counters["allocs_per_op"] = benchmark::Counter(ops > 0 ? static_cast<double>(thread_allocs() - before) / ops : 0.0,
+                                                    benchmark::Counter::kAvgThreads);
 }
 
 /// Resident set size in bytes (/proc/self/statm, field 2).

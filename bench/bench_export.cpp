@@ -49,14 +49,21 @@ struct populated {
 
 populated build_collector(int ncells) {
   populated p;
-  p.col = std::make_unique<collector<>>(collector_options{.identity = {.node = "bench", .hostname = "bench", .abi = "v7", .pid = 1}});
-  constexpr std::array<std::pair<algo, proto>, 3> ap = {{{algo::ring, proto::simple}, {algo::tree, proto::ll}, {algo::ring, proto::ll128}}};
+  p.col = std::make_unique<collector<>>(
+      collector_options{.identity = {.node = "bench", .hostname = "bench", .abi = "v7", .pid = 1}});
+  constexpr std::array<std::pair<algo, proto>, 3> ap = {
+      {{algo::ring, proto::simple}, {algo::tree, proto::ll}, {algo::ring, proto::ll128}}};
   comm_handle h = invalid_comm;
   for (int k = 0; k < ncells; ++k) {
     const int c = k / 60, j = k % 60;
     if (j == 0)
-      h = p.col->add_comm({.name = std::string("comm").append(std::to_string(c)), .hash = 0xabc000u + static_cast<unsigned>(c), .rank = c % 8, .nranks = 8,
-                           .nnodes = 1, .device = 0, .uuid = uuid});
+      h = p.col->add_comm({.name = std::string("comm").append(std::to_string(c)),
+                           .hash = 0xabc000u + static_cast<unsigned>(c),
+                           .rank = c % 8,
+                           .nranks = 8,
+                           .nnodes = 1,
+                           .device = 0,
+                           .uuid = uuid});
     op_record r = mix_op(static_cast<std::size_t>(j / 3), static_cast<std::uint64_t>(k));
     r.alg = ap[static_cast<std::size_t>(j % 3)].first;
     r.pro = ap[static_cast<std::size_t>(j % 3)].second;
@@ -130,7 +137,8 @@ std::uint64_t table_full_drops(const std::string& path) {
   if (FILE* f = std::fopen(path.c_str(), "r")) {
     char line[4096];
     while (std::fgets(line, sizeof line, f)) {
-      if (std::strncmp(line, "ncclinsp_dropped_events_total{", 30) != 0 || !std::strstr(line, "reason=\"table_full\"")) continue;
+      if (std::strncmp(line, "ncclinsp_dropped_events_total{", 30) != 0 || !std::strstr(line, "reason=\"table_full\""))
+        continue;
       if (const char* sp = std::strrchr(line, ' ')) n += std::strtoull(sp + 1, nullptr, 10);
     }
     std::fclose(f);
@@ -164,8 +172,8 @@ void BM_plugin_finalize_typical_job(benchmark::State& st) {
       for (auto& d : comms) {
         for (std::size_t i = 0; i < mix_size; ++i) {
           sim::op_desc op;
-          constexpr sim::nccl_func f[] = {sim::nccl_func::all_reduce, sim::nccl_func::all_gather, sim::nccl_func::reduce_scatter,
-                                          sim::nccl_func::reduce};
+          constexpr sim::nccl_func f[] = {sim::nccl_func::all_reduce, sim::nccl_func::all_gather,
+                                          sim::nccl_func::reduce_scatter, sim::nccl_func::reduce};
           op.func = f[i % 4];
           op.count = mix_counts[(i / 4) % mix_counts.size()];
           op.n_channels = 8;
@@ -187,7 +195,8 @@ void BM_plugin_finalize_typical_job(benchmark::State& st) {
     st.ResumeTiming();
     comms[2]->finalize();  // the last communicator: final export
     st.PauseTiming();
-    const std::string path = bench_dump_dir() + "/" + prom_file_name(std::string("host-bench-pid").append(std::to_string(::getpid())));
+    const std::string path =
+        bench_dump_dir() + "/" + prom_file_name(std::string("host-bench-pid").append(std::to_string(::getpid())));
     if (first) bytes = file_size(path), dropped = table_full_drops(path);
     first = false;
     comms.clear();

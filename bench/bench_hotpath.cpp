@@ -30,8 +30,13 @@ collector<>& shared_collector() {
   static collector<>* c = [] {
     auto* col = new collector<>();
     for (int i = 0; i < max_bench_threads; ++i)
-      col->add_comm({.name = std::string("bench").append(std::to_string(i)), .hash = 0x1000u + static_cast<unsigned>(i), .rank = 0, .nranks = 8, .nnodes = 1,
-                     .device = 0, .uuid = "GPU-bench"});
+      col->add_comm({.name = std::string("bench").append(std::to_string(i)),
+                     .hash = 0x1000u + static_cast<unsigned>(i),
+                     .rank = 0,
+                     .nranks = 8,
+                     .nnodes = 1,
+                     .device = 0,
+                     .uuid = "GPU-bench"});
     return col;
   }();
   return *c;
@@ -82,7 +87,10 @@ class naive_collector {
     key.reserve(160);
     char hex[24];
     auto r = std::to_chars(hex, hex + sizeof hex, comm_hash, 16);
-    key.append("comm_hash=0x").append(hex, static_cast<std::size_t>(r.ptr - hex)).append(",rank=").append(std::to_string(rank));
+    key.append("comm_hash=0x")
+        .append(hex, static_cast<std::size_t>(r.ptr - hex))
+        .append(",rank=")
+        .append(std::to_string(rank));
     key.append(",collective=").append(to_string(op.fn));
     key.append(",algo_proto=").append(to_string(op.alg)).append("_").append(to_string(op.pro));
     key.append(",message_size=").append(inspector_bucketer::label(inspector_bucketer::index(op.bytes)));
@@ -116,7 +124,8 @@ void BM_naive_record(benchmark::State& st) {
   const int rank = st.thread_index();
   std::array<op_record, mix_size> ops;
   for (std::size_t i = 0; i < mix_size; ++i) ops[i] = mix_op(i, i);
-  for (std::size_t i = 0; i < 4 * mix_size; ++i) col.record(0x1000u + static_cast<unsigned>(rank), rank, 8, ops[i % mix_size]);
+  for (std::size_t i = 0; i < 4 * mix_size; ++i)
+    col.record(0x1000u + static_cast<unsigned>(rank), rank, 8, ops[i % mix_size]);
   std::size_t i = 0;
   const std::uint64_t a0 = thread_allocs();
   for (auto _ : st) {
@@ -156,8 +165,12 @@ void run_index(benchmark::State& st, F f) {
   st.SetItemsProcessed(st.iterations());
 }
 
-void BM_bucket_pow2(benchmark::State& st) { run_index(st, [](std::uint64_t b) { return pow2_bucketer::index(b); }); }
-void BM_bucket_inspector(benchmark::State& st) { run_index(st, [](std::uint64_t b) { return inspector_bucketer::index(b); }); }
+void BM_bucket_pow2(benchmark::State& st) {
+  run_index(st, [](std::uint64_t b) { return pow2_bucketer::index(b); });
+}
+void BM_bucket_inspector(benchmark::State& st) {
+  run_index(st, [](std::uint64_t b) { return inspector_bucketer::index(b); });
+}
 
 /// Baseline for pow2: lower_bound over the 65 bucket lower bounds.
 void BM_bucket_lower_bound_pow2(benchmark::State& st) {
@@ -194,7 +207,8 @@ void BM_duration_bucket_scan(benchmark::State& st) {
 }
 void BM_duration_bucket_lower_bound(benchmark::State& st) {
   run_index(st, [](std::uint64_t b) {
-    return static_cast<std::uint32_t>(std::lower_bound(duration_bounds_ns.begin(), duration_bounds_ns.end(), b >> 4) - duration_bounds_ns.begin());
+    return static_cast<std::uint32_t>(std::lower_bound(duration_bounds_ns.begin(), duration_bounds_ns.end(), b >> 4) -
+                                      duration_bounds_ns.begin());
   });
 }
 BENCHMARK(BM_duration_bucket_scan);

@@ -108,7 +108,8 @@ row measure(double rate, double seconds, bool enabled = true) {
   rusage ru{};
   ::wait4(pid, &st, 0, &ru);
   r.max_rss_kib = ru.ru_maxrss;
-  r.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  r.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     std::fprintf(stderr, "bench_json_rate: child failed (status %d)\n", st);
     return r;
@@ -145,25 +146,33 @@ int main(int argc, char** argv) {
     lossless = r.rate;
   }
   const char* verbose = std::getenv("NCCL_INSPECTOR_DUMP_VERBOSE");
-  std::printf("JSON mode (%s), interval 1 s, 1 communicator, 1 MiB AllReduce/AllGather/ReduceScatter, 4 channels, %.0f s per rate\n\n",
-              verbose && *verbose == '1' ? "verbose" : "default", seconds);
-  std::printf("| target ops/s | achieved ops/s | ops | records written | dropped (counted) | peak RSS MiB | writer CPU us/record | process CPU s | lossless |\n");
+  std::printf(
+      "JSON mode (%s), interval 1 s, 1 communicator, 1 MiB AllReduce/AllGather/ReduceScatter, 4 channels, %.0f s per rate\n\n",
+      verbose && *verbose == '1' ? "verbose" : "default", seconds);
+  std::printf(
+      "| target ops/s | achieved ops/s | ops | records written | dropped (counted) | peak RSS MiB | writer CPU us/record | process CPU s | lossless |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   double best_cost = 0;
   for (const row& r : rows) {
     const double cost = r.records ? r.writer_cpu_s / static_cast<double>(r.records) * 1e6 : 0;
-    if (cost > 0 && r.ok && (best_cost == 0 || cost < best_cost)) best_cost = cost;  // lossless runs: every record written in the run
-    std::printf("| %.0f | %.0f | %llu | %llu | %llu | %.1f | %.2f | %.2f | %s |\n", r.rate, r.achieved, static_cast<unsigned long long>(r.ops),
-                static_cast<unsigned long long>(r.records), static_cast<unsigned long long>(r.dropped), static_cast<double>(r.max_rss_kib) / 1024.0,
-                cost, r.cpu_s, r.ok ? "yes" : "no");
+    if (cost > 0 && r.ok && (best_cost == 0 || cost < best_cost))
+      best_cost = cost;  // lossless runs: every record written in the run
+    std::printf("| %.0f | %.0f | %llu | %llu | %llu | %.1f | %.2f | %.2f | %s |\n", r.rate, r.achieved,
+                static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.records),
+                static_cast<unsigned long long>(r.dropped), static_cast<double>(r.max_rss_kib) / 1024.0, cost, r.cpu_s,
+                r.ok ? "yes" : "no");
   }
-  std::printf("\nsustained lossless rate: %.0f ops/s (highest rate of the sweep with every lower rate lossless too)\n", lossless);
+  std::printf("\nsustained lossless rate: %.0f ops/s (highest rate of the sweep with every lower rate lossless too)\n",
+              lossless);
   if (best_cost > 0)
-    std::printf("writer capacity: %.2f us of CPU per record (exporter thread) = %.0f records/s on one free core\n", best_cost, 1e6 / best_cost);
-  std::printf("plugin loaded but disabled (same driver, %.0f ops/s): peak RSS %.1f MiB\n\n", off.rate, static_cast<double>(off.max_rss_kib) / 1024.0);
+    std::printf("writer capacity: %.2f us of CPU per record (exporter thread) = %.0f records/s on one free core\n",
+                best_cost, 1e6 / best_cost);
+  std::printf("plugin loaded but disabled (same driver, %.0f ops/s): peak RSS %.1f MiB\n\n", off.rate,
+              static_cast<double>(off.max_rss_kib) / 1024.0);
   for (const row& r : rows)
-    std::printf("{\"rate\":%.0f,\"achieved\":%.1f,\"ops\":%llu,\"records\":%llu,\"dropped\":%llu,\"max_rss_kib\":%ld,\"lossless\":%s}\n", r.rate, r.achieved,
-                static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.records), static_cast<unsigned long long>(r.dropped),
-                r.max_rss_kib, r.ok ? "true" : "false");
+    std::printf(
+        "{\"rate\":%.0f,\"achieved\":%.1f,\"ops\":%llu,\"records\":%llu,\"dropped\":%llu,\"max_rss_kib\":%ld,\"lossless\":%s}\n",
+        r.rate, r.achieved, static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.records),
+        static_cast<unsigned long long>(r.dropped), r.max_rss_kib, r.ok ? "true" : "false");
   return 0;
 }

@@ -30,8 +30,13 @@ void run_collector(std::uint64_t total) {
   collector<> col;
   comm_handle h[8];
   for (int c = 0; c < 8; ++c)
-    h[c] = col.add_comm({.name = std::string("m").append(std::to_string(c)), .hash = 0x5000u + static_cast<unsigned>(c), .rank = 0, .nranks = 8, .nnodes = 1,
-                         .device = 0, .uuid = "GPU-mem"});
+    h[c] = col.add_comm({.name = std::string("m").append(std::to_string(c)),
+                         .hash = 0x5000u + static_cast<unsigned>(c),
+                         .rank = 0,
+                         .nranks = 8,
+                         .nnodes = 1,
+                         .device = 0,
+                         .uuid = "GPU-mem"});
   constexpr algo algos[3] = {algo::ring, algo::tree, algo::ring};
   constexpr proto protos[3] = {proto::simple, proto::ll, proto::ll128};
   const auto t0 = std::chrono::steady_clock::now();

@@ -73,8 +73,8 @@ void setup() {
 sim::op_desc coll_desc(std::size_t i, int channels) {
   sim::op_desc op;
   op.kind = sim::op_kind::coll;
-  constexpr sim::nccl_func f[] = {sim::nccl_func::all_reduce, sim::nccl_func::all_gather, sim::nccl_func::reduce_scatter,
-                                  sim::nccl_func::all_reduce};
+  constexpr sim::nccl_func f[] = {sim::nccl_func::all_reduce, sim::nccl_func::all_gather,
+                                  sim::nccl_func::reduce_scatter, sim::nccl_func::all_reduce};
   op.func = f[i % 4];
   op.dtype = sim::nccl_dtype::bfloat16;
   op.count = mix_counts[(i / 4) % mix_counts.size()];
@@ -279,7 +279,8 @@ void BM_pingpong_coll(benchmark::State& st, which w) {
   done.store(true, std::memory_order_release);
   proxy.join();
   unpin();
-  st.counters["allocs_per_op"] = static_cast<double>(producer_allocs + consumer_allocs.load()) / static_cast<double>(st.iterations());
+  st.counters["allocs_per_op"] =
+      static_cast<double>(producer_allocs + consumer_allocs.load()) / static_cast<double>(st.iterations());
   st.SetItemsProcessed(st.iterations());
   st.SetLabel(which_name[w]);
 }

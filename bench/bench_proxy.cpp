@@ -48,7 +48,8 @@ plugin* open(const std::string& path, const char* handles) {
   p->t = p->lib.table<abi::newest>();
   ::setenv("NCCLINSP_NULL_PLUGIN_HANDLES", handles, 1);
   int mask = 0;
-  if (p->t->init(&p->ctx, 0xb0b, &mask, "bench", 2, 8, 0, nullptr) != abi::success) throw std::runtime_error("init failed");
+  if (p->t->init(&p->ctx, 0xb0b, &mask, "bench", 2, 8, 0, nullptr) != abi::success)
+    throw std::runtime_error("init failed");
   return p;
 }
 
@@ -107,7 +108,8 @@ void BM_proxy(benchmark::State& st, bool ours, mode m) {
             if (!sh) continue;
             abi::state_args a{};
             a.proxyStep.transSize = 1 << 17;
-            for (int state : send ? send_states : recv_states) t->recordEventState(sh, static_cast<abi::event_state>(state), &a);
+            for (int state : send ? send_states : recv_states)
+              t->recordEventState(sh, static_cast<abi::event_state>(state), &a);
             t->stopEvent(sh);
           }
           t->stopEvent(oh);

@@ -48,8 +48,12 @@ NCCLINSP_NULL_EXPORT extern const abi::profiler_v7 ncclProfiler_v7;
 NCCLINSP_NULL_EXPORT extern const abi::profiler_v6 ncclProfiler_v6;
 NCCLINSP_NULL_EXPORT extern const abi::profiler_v5 ncclProfiler_v5;
 NCCLINSP_NULL_EXPORT extern const abi::profiler_v4 ncclProfiler_v4;
-const abi::profiler_v7 ncclProfiler_v7 = {"null", init_v5plus<7>, start_event<abi::descr_v7>, stop_event, record_event_state, finalize};
-const abi::profiler_v6 ncclProfiler_v6 = {"null", init_v5plus<6>, start_event<abi::descr_v6>, stop_event, record_event_state, finalize};
-const abi::profiler_v5 ncclProfiler_v5 = {"null", init_v5plus<5>, start_event<abi::descr_v5>, stop_event, record_event_state, finalize};
-const abi::profiler_v4 ncclProfiler_v4 = {"null", init_v4, start_event<abi::descr_v4>, stop_event, record_event_state, finalize};
+const abi::profiler_v7 ncclProfiler_v7 = {"null",     init_v5plus<7>,     start_event<abi::descr_v7>,
+                                          stop_event, record_event_state, finalize};
+const abi::profiler_v6 ncclProfiler_v6 = {"null",     init_v5plus<6>,     start_event<abi::descr_v6>,
+                                          stop_event, record_event_state, finalize};
+const abi::profiler_v5 ncclProfiler_v5 = {"null",     init_v5plus<5>,     start_event<abi::descr_v5>,
+                                          stop_event, record_event_state, finalize};
+const abi::profiler_v4 ncclProfiler_v4 = {"null",  init_v4, start_event<abi::descr_v4>, stop_event, record_event_state,
+                                          finalize};
 }

@@ -4,7 +4,8 @@
 #include "ncclinsp/plugin/profiler_plugin.hpp"
 
 // One table per entry of abi::versions (a new version: add its table here and to exports.map).
-static_assert(ncclinsp::abi::versions == std::array<int, 4>{4, 5, 6, 7}, "export a ncclProfiler_v<N> table for each of abi::versions");
+static_assert(ncclinsp::abi::versions == std::array<int, 4>{4, 5, 6, 7},
+              "export a ncclProfiler_v<N> table for each of abi::versions");
 
 namespace {
 
@@ -12,8 +13,8 @@ using namespace ncclinsp;
 using plugin::plugin_state;
 
 template <int V>
-abi::result_t init_v5plus(void** ctx, std::uint64_t comm_id, int* mask, const char* name, int nnodes, int nranks, int rank,
-                          abi::logger_t log) noexcept {
+abi::result_t init_v5plus(void** ctx, std::uint64_t comm_id, int* mask, const char* name, int nnodes, int nranks,
+                          int rank, abi::logger_t log) noexcept {
   try {
     return plugin_state::get().init(ctx, mask, name, comm_id, nnodes, nranks, rank, log, V);
   } catch (...) {
@@ -21,7 +22,8 @@ abi::result_t init_v5plus(void** ctx, std::uint64_t comm_id, int* mask, const ch
   }
 }
 
-abi::result_t init_v4(void** ctx, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank, abi::logger_t log) noexcept {
+abi::result_t init_v4(void** ctx, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank,
+                      abi::logger_t log) noexcept {
   try {
     return plugin_state::get().init(ctx, mask, name, hash, nnodes, nranks, rank, log, 4);
   } catch (...) {
@@ -49,12 +51,12 @@ NCCLINSP_EXPORT extern const ncclinsp::abi::profiler_v6 ncclProfiler_v6;
 NCCLINSP_EXPORT extern const ncclinsp::abi::profiler_v5 ncclProfiler_v5;
 NCCLINSP_EXPORT extern const ncclinsp::abi::profiler_v4 ncclProfiler_v4;
 
-const ncclinsp::abi::profiler_v7 ncclProfiler_v7 = {"ncclinsp", init_v5plus<7>, start_event<ncclinsp::abi::descr_v7>, stop_event,
-                                                     record_event_state, finalize};
-const ncclinsp::abi::profiler_v6 ncclProfiler_v6 = {"ncclinsp", init_v5plus<6>, start_event<ncclinsp::abi::descr_v6>, stop_event,
-                                                     record_event_state, finalize};
-const ncclinsp::abi::profiler_v5 ncclProfiler_v5 = {"ncclinsp", init_v5plus<5>, start_event<ncclinsp::abi::descr_v5>, stop_event,
-                                                     record_event_state, finalize};
-const ncclinsp::abi::profiler_v4 ncclProfiler_v4 = {"ncclinsp", init_v4, start_event<ncclinsp::abi::descr_v4>, stop_event,
-                                                     record_event_state, finalize};
+const ncclinsp::abi::profiler_v7 ncclProfiler_v7 = {
+    "ncclinsp", init_v5plus<7>, start_event<ncclinsp::abi::descr_v7>, stop_event, record_event_state, finalize};
+const ncclinsp::abi::profiler_v6 ncclProfiler_v6 = {
+    "ncclinsp", init_v5plus<6>, start_event<ncclinsp::abi::descr_v6>, stop_event, record_event_state, finalize};
+const ncclinsp::abi::profiler_v5 ncclProfiler_v5 = {
+    "ncclinsp", init_v5plus<5>, start_event<ncclinsp::abi::descr_v5>, stop_event, record_event_state, finalize};
+const ncclinsp::abi::profiler_v4 ncclProfiler_v4 = {
+    "ncclinsp", init_v4, start_event<ncclinsp::abi::descr_v4>, stop_event, record_event_state, finalize};
 }

@@ -41,42 +41,54 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   std::vector<int> abi_choices{0};
   abi_choices.insert(abi_choices.end(), ncclinsp::abi::versions.begin(), ncclinsp::abi::versions.end());
   app.add_option("--abi", o.abi,
-                 "profiler ABI: 0 = newest exported, " + std::to_string(ncclinsp::abi::oldest) + ".." + std::to_string(ncclinsp::abi::newest))
+                 "profiler ABI: 0 = newest exported, " + std::to_string(ncclinsp::abi::oldest) + ".." +
+                     std::to_string(ncclinsp::abi::newest))
       ->check(CLI::IsMember(abi_choices));
   app.add_option("--nodes", o.nodes, "simulated nodes")->check(CLI::Range(1, 4096));
   app.add_option("--gpus", o.gpus, "GPUs per node")->check(CLI::Range(1, 16));
   auto* dur = app.add_option("--duration", o.duration, "simulated seconds to run")->check(CLI::NonNegativeNumber);
   auto* stp = app.add_option("--steps", o.steps, "training steps to run")->check(CLI::NonNegativeNumber);
   dur->excludes(stp);
-  app.add_option("--speed", o.speed, "1 = real time, 10 = 10x faster, 0 = as fast as possible")->check(CLI::NonNegativeNumber);
+  app.add_option("--speed", o.speed, "1 = real time, 10 = 10x faster, 0 = as fast as possible")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--out", o.out, "output directory (per node: DIR/<node>/)");
   app.add_option("--node-prefix", o.node_prefix, "node name prefix (node<k>)");
-  app.add_option("--cuda-driver", o.cuda_driver, "simulated CUDA driver .so (default: libncclinsp-simcuda.so next to the binary)");
+  app.add_option("--cuda-driver", o.cuda_driver,
+                 "simulated CUDA driver .so (default: libncclinsp-simcuda.so next to the binary)");
   app.add_option("--summary", o.summary, "write a JSON summary of the model and the injected faults");
-  app.add_flag("--prom", o.prom, "set NCCL_INSPECTOR_ENABLE=1, PROM_DUMP=1, DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 unless set");
+  app.add_flag("--prom", o.prom,
+               "set NCCL_INSPECTOR_ENABLE=1, PROM_DUMP=1, DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 unless set");
   app.add_flag("--single-process", o.single_process, "run every node's ranks in this process (no fork)");
-  app.add_flag("--purge-inflight", o.purge_inflight, "at the end leave KernelCh events started and never stopped (NCCL 2.31)");
+  app.add_flag("--purge-inflight", o.purge_inflight,
+               "at the end leave KernelCh events started and never stopped (NCCL 2.31)");
   app.add_flag("--user-tags", o.user_tags, "v7: tag collectives with per-phase user tags");
-  app.add_flag("--sym-kernels", o.sym_kernels, "v7: run the small tp AllReduce as a symmetric kernel (with kernel phases)");
+  app.add_flag("--sym-kernels", o.sym_kernels,
+               "v7: run the small tp AllReduce as a symmetric kernel (with kernel phases)");
   app.add_flag("--ce-collectives", o.ce_colls, "v6+: add a copy-engine AllGather on tp");
   app.add_flag("--pxn", o.pxn, "emit a foreign-pid (PXN) ProxyOp after each network op");
-  app.add_option("--mask-override", o.mask_override, "RAS: after each init set the global mask to this value (e.g. 65535)");
+  app.add_option("--mask-override", o.mask_override,
+                 "RAS: after each init set the global mask to this value (e.g. 65535)");
   app.add_option("--seed", o.seed, "jitter / hash seed");
   app.add_flag("-v,--verbose", o.verbose, "print the plugin's INFO logs");
   std::vector<std::string> degr, slow, nic, strag, nvl, hangs;
   std::optional<u64> random_seed;
-  app.add_option("--nics", o.nics, "NICs per node (default: one per GPU); channels are spread over them")->check(CLI::Range(0, 64));
-  app.add_option("--launch-jitter-us", o.launch_jitter_us, "each rank launches each op group up to this much later (uniform)")
+  app.add_option("--nics", o.nics, "NICs per node (default: one per GPU); channels are spread over them")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--launch-jitter-us", o.launch_jitter_us,
+                 "each rank launches each op group up to this much later (uniform)")
       ->check(CLI::NonNegativeNumber);
   std::string wobble;
-  app.add_option("--wobble", wobble, "PCT[:PERIOD_S]: healthy fabric wobble, every NIC x (1 + PCT/100 sin(2 pi t / PERIOD_S)), period 120 s");
+  app.add_option(
+      "--wobble", wobble,
+      "PCT[:PERIOD_S]: healthy fabric wobble, every NIC x (1 + PCT/100 sin(2 pi t / PERIOD_S)), period 120 s");
   app.add_option("--net-degrade", degr, "PCT@T0-T1: the fabric: every NIC's bandwidth x (1-PCT/100)");
   app.add_option("--slow-host", slow, "NODE:PCT@T0-T1: all NICs of that node (index or name) at (1-PCT/100)");
   app.add_option("--slow-nic", nic, "NODE:NIC:PCT@T0-T1: one NIC of that node at (1-PCT/100)");
   app.add_option("--straggler", strag, "RANK:MS@T0-T1: that global rank launches every op MS later");
   app.add_option("--nvlink-degrade", nvl, "NODE:PCT@T0-T1: that node's NVLink bandwidth x (1-PCT/100)");
   app.add_option("--random-fault", random_seed, "SEED: one fault of a random kind, culprit, size (10-50%) and onset");
-  app.add_option("--hang-rank", hangs, "R@T: global rank R's first op at/after T never completes; its peers block in it");
+  app.add_option("--hang-rank", hangs,
+                 "R@T: global rank R's first op at/after T never completes; its peers block in it");
   app.add_option("--node-index", o.node_index)->group("");
   app.add_option("--start-wall-ns", o.start_wall_ns)->group("");
   CLI11_PARSE(app, argc, argv);
@@ -88,7 +100,8 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     f.clear();
     if (at == std::string::npos || !parse_window(s.substr(at + 1), w)) return false;
     std::string head = s.substr(0, at);
-    for (std::size_t p; (p = head.find(':')) != std::string::npos; head = head.substr(p + 1)) f.push_back(head.substr(0, p));
+    for (std::size_t p; (p = head.find(':')) != std::string::npos; head = head.substr(p + 1))
+      f.push_back(head.substr(0, p));
     f.push_back(head);
     if (f.size() != want) return std::fprintf(stderr, "bad %s %s\n", flag.c_str(), s.c_str()), false;
     return true;
@@ -115,7 +128,9 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
       o.wobble_period_s = std::strtod(wobble.c_str() + c + 1, &e2);
       ok = e2 && *e2 == 0 && o.wobble_period_s >= 1;
     }
-    if (!ok) return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()), 2;
+    if (!ok)
+      return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()),
+             2;
   }
   std::vector<std::string> fs_;
   for (const auto& s : degr) {
@@ -129,15 +144,17 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     fault f;
     f.kind = fault_kind::slow_host;
     if (!parse_fault("--slow-host", s, 2, fs_, f.w) || !node_of(fs_[0], f.node) || !number(fs_[1], 0, 100, f.pct))
-      return std::fprintf(stderr, "bad --slow-host %s: NODE:PCT@T0-T1, NODE an index or %s<index>\n", s.c_str(), o.node_prefix.c_str()), 1;
+      return std::fprintf(stderr, "bad --slow-host %s: NODE:PCT@T0-T1, NODE an index or %s<index>\n", s.c_str(),
+                          o.node_prefix.c_str()),
+             1;
     o.faults.push_back(f);
   }
   for (const auto& s : nic) {
     fault f;
     f.kind = fault_kind::slow_nic;
     double n = 0;
-    if (!parse_fault("--slow-nic", s, 3, fs_, f.w) || !node_of(fs_[0], f.node) || !number(fs_[1], 0, o.nic_count(), n) ||
-        !number(fs_[2], 0, 100, f.pct))
+    if (!parse_fault("--slow-nic", s, 3, fs_, f.w) || !node_of(fs_[0], f.node) ||
+        !number(fs_[1], 0, o.nic_count(), n) || !number(fs_[2], 0, 100, f.pct))
       return std::fprintf(stderr, "bad --slow-nic %s: NODE:NIC:PCT@T0-T1, NIC < %d\n", s.c_str(), o.nic_count()), 1;
     f.nic = int(n);
     o.faults.push_back(f);
@@ -146,7 +163,8 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     fault f;
     f.kind = fault_kind::straggler;
     double r = 0;
-    if (!parse_fault("--straggler", s, 2, fs_, f.w) || !number(fs_[0], 0, o.nodes * o.gpus, r) || !number(fs_[1], 0, 1e6, f.ms))
+    if (!parse_fault("--straggler", s, 2, fs_, f.w) || !number(fs_[0], 0, o.nodes * o.gpus, r) ||
+        !number(fs_[1], 0, 1e6, f.ms))
       return std::fprintf(stderr, "bad --straggler %s: RANK:MS@T0-T1\n", s.c_str()), 1;
     f.rank = int(r);
     o.faults.push_back(f);
@@ -175,7 +193,8 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     if (f.kind == fault_kind::straggler) {
       std::size_t groups = 0;
       for (const auto& g : nominal.program) groups += g.first_step_only ? 0 : 1;
-      f.ms = 1e3 * (nominal.nominal_step_s - nominal.compute_s) * f.pct / 100.0 / double(std::max<std::size_t>(groups, 1));
+      f.ms =
+          1e3 * (nominal.nominal_step_s - nominal.compute_s) * f.pct / 100.0 / double(std::max<std::size_t>(groups, 1));
     }
     o.faults.push_back(f);
   }

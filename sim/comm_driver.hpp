@@ -38,22 +38,25 @@ class comm_driver {
     int* mask = &global_mask();
     init_result_ = abi::internal_error;
     visit([&](const auto& e) {
-      if constexpr (std::remove_cvref_t<decltype(e)>::version == 4)  // v4 init: no commId before the mask, the hash after the name
-        init_result_ = e.table->init(&context_, mask, name, cfg_.comm_hash, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
+      if constexpr (std::remove_cvref_t<decltype(e)>::version ==
+                    4)  // v4 init: no commId before the mask, the hash after the name
+        init_result_ =
+            e.table->init(&context_, mask, name, cfg_.comm_hash, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
       else
-        init_result_ = e.table->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
+        init_result_ =
+            e.table->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
     });
     if (init_result_ != abi::success) {
-      logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__, "Profiler init failed with error (%d). Continue without profiler.",
-             int(init_result_));
+      logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__,
+             "Profiler init failed with error (%d). Continue without profiler.", int(init_result_));
       return;
     }
     active_ = true;
     int m = load_mask();
     if (abi_ == 5) m &= ~int(abi::ev_ce_coll | abi::ev_ce_sync | abi::ev_ce_batch | abi::ev_kernel_phase);  // v5 shim
-    if (abi_ == 6) m &= ~int(abi::ev_kernel_phase);                                                       // v6 shim
-    if (cfg_.mask_override >= 0) m = cfg_.mask_override;  // RAS re-applies its override after every init
-    if (m & abi::ev_kernel_phase) m |= abi::ev_kernel_ch;   // 2.31: KernelPhase implies KernelCh
+    if (abi_ == 6) m &= ~int(abi::ev_kernel_phase);                                                         // v6 shim
+    if (cfg_.mask_override >= 0) m = cfg_.mask_override;   // RAS re-applies its override after every init
+    if (m & abi::ev_kernel_phase) m |= abi::ev_kernel_ch;  // 2.31: KernelPhase implies KernelCh
     store_mask(m);
   }
 
@@ -128,7 +131,8 @@ class comm_driver {
                         void* foreign_parent = reinterpret_cast<void*>(0x10),
                         void* foreign_context = reinterpret_cast<void*>(0x20)) {
     if (!active_) return;
-    visit_with(foreign_context, [&](const auto& e) { detail::foreign_proxy_op(e, pid, channel, peer, rank, foreign_parent); });
+    visit_with(foreign_context,
+               [&](const auto& e) { detail::foreign_proxy_op(e, pid, channel, peer, rank, foreign_parent); });
   }
 
   /// One ProxyCtrl Append → AppendEnd cycle on the proxy thread (reads the global mask per event, as NCCL).
@@ -144,7 +148,6 @@ class comm_driver {
     if (!context_) return;
     visit([&](const auto& e) { e.table->finalize(context_); });
   }
-
 
  private:
   /// The one dispatch from the runtime ABI version to the version-templated sequences: calls

@@ -31,9 +31,9 @@ void proxy_ops_for_channel(const emitter<V>& e, const pending_op& p, std::uint8_
       abi::state_args a{};
       a.proxyStep.transSize = per_step;
       static constexpr abi::event_state send_states[] = {abi::event_state(8), abi::st_proxy_step_send_peer_wait_v4,
-                                                          abi::event_state(9)};
+                                                         abi::event_state(9)};
       static constexpr abi::event_state recv_states[] = {abi::event_state(10), abi::event_state(11),
-                                                          abi::event_state(12)};
+                                                         abi::event_state(12)};
       for (abi::event_state es : is_send ? send_states : recv_states)
         if (op_h) e.record(st, es, &a);
       if (p.mask & abi::ev_net_plugin) e.net_plugin_event(d, st);

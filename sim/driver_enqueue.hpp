@@ -82,8 +82,8 @@ class enqueue_sequence {
         cursor = std::uint8_t(cursor + op.n_channels);
       }
     } else if (op.kind == op_kind::p2p) {
-      p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)
-                                        : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
+      p.channel_lo =
+          op.channel_lo >= 0 ? std::uint8_t(op.channel_lo) : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
     }
   }
 
@@ -148,7 +148,8 @@ class enqueue_sequence {
       }
     for (int pass = 0; pass < 2; ++pass)
       for (std::size_t i = 0; i < ops.size(); ++i)
-        if (ops[i].kind != op_kind::ce_coll && (pass == 0) == (ops[i].kind == op_kind::coll)) e_.stop(out[i].task_handle);
+        if (ops[i].kind != op_kind::ce_coll && (pass == 0) == (ops[i].kind == op_kind::coll))
+          e_.stop(out[i].task_handle);
     e_.stop(group);
   }
 
@@ -199,7 +200,8 @@ class enqueue_sequence {
     d_.type = abi::ev_p2p;
     d_.rank = cfg_.rank;
     d_.p2p.func = func_name(op.func);
-    d_.p2p.buff = op.kind == op_kind::p2p && op.func == nccl_func::recv ? op.recv_buff : const_cast<void*>(op.send_buff);
+    d_.p2p.buff =
+        op.kind == op_kind::p2p && op.func == nccl_func::recv ? op.recv_buff : const_cast<void*>(op.send_buff);
     d_.p2p.datatype = dtype_name(op.dtype);
     d_.p2p.count = op.count;
     d_.p2p.peer = op.peer;

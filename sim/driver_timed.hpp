@@ -23,13 +23,23 @@ struct timed_event {
   std::uint8_t prio, kind, op, step;
   std::uint16_t idx;  ///< channel (kernel events) or plan index
 };
-enum : std::uint8_t { ev_pop_start, ev_kch_start, ev_step_post, ev_step_ready, ev_step_sent, ev_step_done, ev_pop_stop, ev_kch_stop };
+enum : std::uint8_t {
+  ev_pop_start,
+  ev_kch_start,
+  ev_step_post,
+  ev_step_ready,
+  ev_step_sent,
+  ev_step_done,
+  ev_pop_stop,
+  ev_kch_stop
+};
 
 /// Every event of a group's ops, sorted by time (ties: ProxyOp start, KernelCh start, step states, ProxyOp
 /// stop, KernelCh stop).
 class timed_events {
  public:
-  static constexpr std::size_t cap = max_timed_ops * (2 * max_timed_channels + max_timed_plans * (2 + 4 * max_proxy_steps));
+  static constexpr std::size_t cap =
+      max_timed_ops * (2 * max_timed_channels + max_timed_plans * (2 + 4 * max_proxy_steps));
 
   explicit timed_events(std::span<const timed_op> ops) : n_ops_(std::min(ops.size(), max_timed_ops)) {
     for (std::size_t o = 0; o < n_ops_; ++o) add_op(ops[o], o);
@@ -43,7 +53,8 @@ class timed_events {
  private:
   void add(std::uint64_t t, std::uint8_t kind, std::size_t op, std::size_t idx, int step) {
     static constexpr std::uint8_t prio[] = {0, 1, 2, 2, 2, 2, 3, 4};
-    if (n_ < cap) ev_[n_++] = timed_event{t, prio[kind], kind, std::uint8_t(op), std::uint8_t(step), std::uint16_t(idx)};
+    if (n_ < cap)
+      ev_[n_++] = timed_event{t, prio[kind], kind, std::uint8_t(op), std::uint8_t(step), std::uint16_t(idx)};
   }
   void add_op(const timed_op& to, std::size_t o) {
     const pending_op& p = *to.op;
@@ -88,15 +99,22 @@ class timed_emitter {
         if (p.mask & abi::ev_kernel_ch)
           kch_[x.op][x.idx] = e_.kernel_ch(d_, p.task_handle, std::uint8_t(p.channel_lo + x.idx), x.t);
         break;
-      case ev_kch_stop: e_.kernel_ch_stop(kch_[x.op][x.idx], x.t); break;
+      case ev_kch_stop:
+        e_.kernel_ch_stop(kch_[x.op][x.idx], x.t);
+        break;
       case ev_pop_start: {
         const proxy_plan& pl = ops_[x.op].proxies[x.idx];
-        pop_[x.op][x.idx] = e_.proxy_op(d_, p.task_handle, e_.cfg.rank, e_.cfg.pid, std::uint8_t(p.channel_lo + pl.channel),
-                                        pl.peer, pl.n_steps, int(pl.step_bytes), pl.is_send);
+        pop_[x.op][x.idx] =
+            e_.proxy_op(d_, p.task_handle, e_.cfg.rank, e_.cfg.pid, std::uint8_t(p.channel_lo + pl.channel), pl.peer,
+                        pl.n_steps, int(pl.step_bytes), pl.is_send);
         break;
       }
-      case ev_pop_stop: e_.stop(pop_[x.op][x.idx]); break;
-      default: proxy_step(p, x); break;
+      case ev_pop_stop:
+        e_.stop(pop_[x.op][x.idx]);
+        break;
+      default:
+        proxy_step(p, x);
+        break;
     }
   }
 

@@ -26,16 +26,16 @@ struct op_desc {
   nccl_dtype dtype = nccl_dtype::bfloat16;
   std::size_t count = 0;  ///< AllGather: per-rank send count; ReduceScatter: per-rank recv count.
   int root = 0;
-  int peer = -1;          ///< P2P peer rank
+  int peer = -1;  ///< P2P peer rank
   const void* send_buff = nullptr;
   void* recv_buff = nullptr;
   const char* algo = "RING";
   const char* proto = "SIMPLE";
   std::uint8_t n_channels = 1;
-  int channel_lo = -1;    ///< -1: collectives use the group's channel cursor, P2P a peer-derived non-zero base
+  int channel_lo = -1;  ///< -1: collectives use the group's channel cursor, P2P a peer-derived non-zero base
   std::uint8_t n_warps = 16;
-  std::uint64_t user_tag = 0;             ///< v7 only
-  const char* kernel_variant = nullptr;   ///< v7 symmetric kernel name, e.g. "AllReduce_AGxLL_R"; NULL = regular
+  std::uint64_t user_tag = 0;            ///< v7 only
+  const char* kernel_variant = nullptr;  ///< v7 symmetric kernel name, e.g. "AllReduce_AGxLL_R"; NULL = regular
   void* stream = reinterpret_cast<void*>(0x5000);
   bool graph_captured = false;
 };
@@ -48,14 +48,14 @@ struct pending_op {
   int mask = 0;                 ///< activation-mask snapshot taken at the API call
   op_kind kind = op_kind::coll;
   nccl_func func = nccl_func::all_reduce;
-  bool kernel_events = false;   ///< KernelCh/ProxyOp children exist (false for CE ops and mask-off / Broadcast)
+  bool kernel_events = false;  ///< KernelCh/ProxyOp children exist (false for CE ops and mask-off / Broadcast)
   bool symmetric = false;
-  bool network = false;         ///< the communicator spans nodes: ProxyOps exist
+  bool network = false;  ///< the communicator spans nodes: ProxyOps exist
   std::uint8_t channel_lo = 0;
   std::uint8_t n_channels = 0;
   int peer = -1;
-  std::size_t bytes = 0;        ///< per-rank payload bytes
-  std::uint64_t seq = 0;        ///< coll.seqNumber / ceColl.seqNumber given to the plugin
+  std::size_t bytes = 0;  ///< per-rank payload bytes
+  std::uint64_t seq = 0;  ///< coll.seqNumber / ceColl.seqNumber given to the plugin
 };
 
 struct kernel_time {
@@ -68,16 +68,18 @@ struct kernel_time {
 ///        (isend accepted: the receiver had a buffer), done = stop (network completion);
 ///  recv: post = start + RecvWait (irecv posted), ready = RecvFlushWait (data received), sent = RecvGPUWait
 ///        (flushed, handed to the GPU), done = stop (the GPU consumed it).
-struct proxy_step_times { std::uint64_t post = 0, ready = 0, sent = 0, done = 0; };
+struct proxy_step_times {
+  std::uint64_t post = 0, ready = 0, sent = 0, done = 0;
+};
 inline constexpr int max_proxy_steps = 4;
 /// One ProxyOp of a network connection (channel, direction, peer) and its steps.
 struct proxy_plan {
   std::uint8_t channel = 0;  ///< index into the op's channels (channel id = channel_lo + channel)
   bool is_send = true;
-  int peer = 0;              ///< peer's rank in the communicator
-  std::uint64_t start = 0;   ///< ProxyOp start (append at launch) and ProxyOpInProgress
+  int peer = 0;             ///< peer's rank in the communicator
+  std::uint64_t start = 0;  ///< ProxyOp start (append at launch) and ProxyOpInProgress
   std::size_t step_bytes = 0;
-  int n_steps = 0;           ///< <= max_proxy_steps
+  int n_steps = 0;  ///< <= max_proxy_steps
   proxy_step_times steps[max_proxy_steps];
 };
 /// One op of a group for `complete_timed`.
@@ -88,16 +90,16 @@ struct timed_op {
 };
 
 struct comm_config {
-  std::uint64_t comm_hash = 0;    ///< identical on all ranks of the communicator
-  std::string name;               ///< commName; empty → NULL
-  bool null_name = false;         ///< pass NULL even if `name` is set (NCCL: commName unset)
+  std::uint64_t comm_hash = 0;  ///< identical on all ranks of the communicator
+  std::string name;             ///< commName; empty → NULL
+  bool null_name = false;       ///< pass NULL even if `name` is set (NCCL: commName unset)
   int n_nodes = 1;
   int n_ranks = 1;
   int rank = 0;
-  int mask_override = -1;         ///< RAS override: after init, store this into the global mask (e.g. 0xFFFF)
-  bool shim_quirks = false;       ///< see the header comment
-  int broadcast_coll = -1;        ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
-  int proxy_steps = 2;            ///< ProxyStep events per ProxyOp when enabled
-  pid_t pid = ::getpid();         ///< `proxyOp.pid` for local ops
+  int mask_override = -1;    ///< RAS override: after init, store this into the global mask (e.g. 0xFFFF)
+  bool shim_quirks = false;  ///< see the header comment
+  int broadcast_coll = -1;   ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
+  int proxy_steps = 2;       ///< ProxyStep events per ProxyOp when enabled
+  pid_t pid = ::getpid();    ///< `proxyOp.pid` for local ops
 };
 }  // namespace ncclinsp::sim

@@ -21,11 +21,16 @@ struct window {
 enum class fault_kind : std::uint8_t { net_degrade, slow_host, slow_nic, straggler, nvlink_degrade };
 constexpr const char* fault_name(fault_kind k) noexcept {
   switch (k) {
-    case fault_kind::net_degrade: return "net_degrade";
-    case fault_kind::slow_host: return "slow_host";
-    case fault_kind::slow_nic: return "slow_nic";
-    case fault_kind::straggler: return "straggler";
-    case fault_kind::nvlink_degrade: return "nvlink_degrade";
+    case fault_kind::net_degrade:
+      return "net_degrade";
+    case fault_kind::slow_host:
+      return "slow_host";
+    case fault_kind::slow_nic:
+      return "slow_nic";
+    case fault_kind::straggler:
+      return "straggler";
+    case fault_kind::nvlink_degrade:
+      return "nvlink_degrade";
   }
   return "?";
 }
@@ -37,7 +42,10 @@ struct fault {
   window w;
   bool random = false;  ///< chosen by --random-fault
 };
-struct hang { int rank = 0; double t = 0; };
+struct hang {
+  int rank = 0;
+  double t = 0;
+};
 
 struct options {
   std::string plugin;
@@ -89,7 +97,10 @@ inline fault random_fault(u64 seed, const options& o, double run_s) {
   f.w.t1 = std::max(run_s, f.w.t0) + 1e6;  // to the end
   h = splitmix(h);
   switch (f.kind) {
-    case fault_kind::slow_host: case fault_kind::nvlink_degrade: f.node = int(h % u64(o.nodes)); break;
+    case fault_kind::slow_host:
+    case fault_kind::nvlink_degrade:
+      f.node = int(h % u64(o.nodes));
+      break;
     case fault_kind::slow_nic:
       f.node = int(h % u64(o.nodes));
       f.nic = int(splitmix(h) % u64(o.nic_count()));
@@ -98,7 +109,8 @@ inline fault random_fault(u64 seed, const options& o, double run_s) {
       f.rank = int(h % u64(o.nodes * o.gpus));
       f.ms = 0;  // sized below against the step
       break;
-    case fault_kind::net_degrade: break;
+    case fault_kind::net_degrade:
+      break;
   }
   f.random = true;
   return f;

@@ -18,8 +18,8 @@ namespace ncclinsp::sim::job {
 struct model {
   const options& o;
   std::vector<sim_group> program;
-  double compute_s = 0;       // per step
-  double flop_per_step = 0;   // per GPU
+  double compute_s = 0;      // per step
+  double flop_per_step = 0;  // per GPU
   double nominal_step_s = 0;
 
   explicit model(const options& opt) : o(opt), program(build_program(opt)) {
@@ -49,7 +49,8 @@ struct model {
   /// Bandwidth factor (1 = nominal) of NIC `nic` of `node` at time t: wobble x fabric x host x that NIC.
   double net_link(int node, int nic, double t) const {
     double f = 1.0;  // the wobble only when asked for: this runs for every edge of every op of every rank
-    if (o.wobble_pct > 0) f += o.wobble_pct / 100.0 * std::sin(2.0 * 3.141592653589793 * t / std::max(o.wobble_period_s, 1.0));
+    if (o.wobble_pct > 0)
+      f += o.wobble_pct / 100.0 * std::sin(2.0 * 3.141592653589793 * t / std::max(o.wobble_period_s, 1.0));
     for (const auto& x : o.faults) {
       if (!x.w.active(t)) continue;
       if (x.kind == fault_kind::net_degrade || (x.kind == fault_kind::slow_host && x.node == node) ||
@@ -120,8 +121,8 @@ struct model {
     for (int l = 0; l < locals; ++l)
       for (int n = 0; n < nodes; ++n)
         for (int ch = 0; ch < std::max(1, n_channels); ++ch)
-          f = std::min(f, k == comm_kind::tp ? channel_factor(k, l, n, n, ch, t)
-                                             : channel_factor(k, l, 0, o.nodes - 1, ch, t));
+          f = std::min(
+              f, k == comm_kind::tp ? channel_factor(k, l, n, n, ch, t) : channel_factor(k, l, 0, o.nodes - 1, ch, t));
     return f;
   }
   /// Compute time of a step (+-0.5% noise per step, common to all ranks).

@@ -54,14 +54,16 @@ int run_nodes(const options& o, const std::vector<int>& nodes, const std::string
   if (!o.cuda_driver.empty()) {
     if (void* h = ::dlopen(o.cuda_driver.c_str(), RTLD_NOW | RTLD_LOCAL))
       g_set_device = reinterpret_cast<set_device_fn>(::dlsym(h, "ncclinsp_simcuda_set_device"));
-    if (!g_set_device) std::fprintf(stderr, "ncclinsp-sim: warning: cannot use simulated CUDA driver %s\n", o.cuda_driver.c_str());
+    if (!g_set_device)
+      std::fprintf(stderr, "ncclinsp-sim: warning: cannot use simulated CUDA driver %s\n", o.cuda_driver.c_str());
   }
   plugin_library lib(o.plugin, o.abi);
   if (!lib.ok()) {
     std::fprintf(stderr, "ncclinsp-sim: %s\n", lib.error().c_str());
     return 2;
   }
-  if (o.verbose) std::fprintf(stderr, "ncclinsp-sim: loaded %s (v%d) from %s\n", lib.name(), lib.abi(), o.plugin.c_str());
+  if (o.verbose)
+    std::fprintf(stderr, "ncclinsp-sim: loaded %s (v%d) from %s\n", lib.name(), lib.abi(), o.plugin.c_str());
   model m(o);
   node_runner nr{o, m, lib, clock_map{base_ns, o.speed}, {}, {}};
   if (!prom_dir.empty()) fs::create_directories(prom_dir);
@@ -85,7 +87,8 @@ int main(int argc, char** argv) {
 
   // Child: one node.
   if (o.node_index >= 0) {
-    const std::string dir = o.out.empty() ? std::string() : (fs::path(o.out) / (o.node_prefix + std::to_string(o.node_index))).string();
+    const std::string dir =
+        o.out.empty() ? std::string() : (fs::path(o.out) / (o.node_prefix + std::to_string(o.node_index))).string();
     return run_nodes(o, {o.node_index}, dir, u64(o.start_wall_ns ? o.start_wall_ns : (long long)realtime_ns()));
   }
 

@@ -62,22 +62,30 @@ struct node_runner {
       case comm_kind::tp:
         c.name = "tp";
         c.comm_hash = mix(hash_str("tp"), u64(r.node));
-        c.n_nodes = 1; c.n_ranks = o.gpus; c.rank = r.local;
+        c.n_nodes = 1;
+        c.n_ranks = o.gpus;
+        c.rank = r.local;
         break;
       case comm_kind::fsdp:
         c.name = "fsdp";
         c.comm_hash = hash_str("fsdp");
-        c.n_nodes = o.nodes; c.n_ranks = o.nodes * o.gpus; c.rank = r.global;
+        c.n_nodes = o.nodes;
+        c.n_ranks = o.nodes * o.gpus;
+        c.rank = r.global;
         break;
       case comm_kind::dp:
         c.name = "dp" + std::to_string(r.local);
         c.comm_hash = mix(hash_str("dp"), u64(r.local));
-        c.n_nodes = o.nodes; c.n_ranks = o.nodes; c.rank = r.node;
+        c.n_nodes = o.nodes;
+        c.n_ranks = o.nodes;
+        c.rank = r.node;
         break;
       case comm_kind::pp:
         c.name = "pp" + std::to_string(r.local);
         c.comm_hash = mix(hash_str("pp"), u64(r.local));
-        c.n_nodes = o.nodes; c.n_ranks = o.nodes; c.rank = r.node;
+        c.n_nodes = o.nodes;
+        c.n_ranks = o.nodes;
+        c.rank = r.node;
         break;
     }
     c.comm_hash ^= mix(o.seed, 0x5eed);  // different seeds → different "jobs"
@@ -103,7 +111,8 @@ struct node_runner {
       pl.is_send = cn.is_send;
       pl.peer = cn.peer_comm_rank;
       pl.start = clk.gpu_ns(a_self);
-      pl.n_steps = step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st, pl.step_bytes);
+      pl.n_steps =
+          step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st, pl.step_bytes);
       for (int k = 0; k < pl.n_steps; ++k)
         pl.steps[k] = proxy_step_times{clk.gpu_ns(st[k].post), clk.gpu_ns(st[k].ready), clk.gpu_ns(st[k].sent),
                                        clk.gpu_ns(st[k].done)};
@@ -146,7 +155,7 @@ struct node_runner {
           d.send_buff = reinterpret_cast<const void*>(0x7f0000000000ull + (u64(r.global) << 32));
           d.recv_buff = reinterpret_cast<void*>(0x7f0000000000ull + (u64(r.global) << 32) + (1ull << 31));
           if (op.p2p_dir) {
-            d.peer = r.node + op.p2p_dir;  // pp rank = node index
+            d.peer = r.node + op.p2p_dir;                                     // pp rank = node index
             d.channel_lo = 2 + 4 * (r.local % 4) + (op.p2p_dir > 0 ? 0 : 2);  // P2P channels are not 0-based
           }
           descs.push_back(d);

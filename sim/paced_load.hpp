@@ -19,13 +19,14 @@
 namespace ncclinsp::sim {
 
 struct paced_result {
-  std::uint64_t ops = 0;   ///< ops issued and completed
-  double seconds = 0;      ///< wall time of the run
+  std::uint64_t ops = 0;  ///< ops issued and completed
+  double seconds = 0;     ///< wall time of the run
   double achieved_rate() const noexcept { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
 };
 
 /// Issues ops at `rate` per second for `seconds` through `comm` (an active communicator).
-inline paced_result run_paced(comm_driver& comm, double rate, double seconds, int channels = 4, std::uint64_t gpu_t0 = 1'000'000'000) {
+inline paced_result run_paced(comm_driver& comm, double rate, double seconds, int channels = 4,
+                              std::uint64_t gpu_t0 = 1'000'000'000) {
   constexpr nccl_func funcs[] = {nccl_func::all_reduce, nccl_func::all_gather, nccl_func::reduce_scatter};
   std::array<op_desc, 3> ops{};
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -52,7 +53,8 @@ inline paced_result run_paced(comm_driver& comm, double rate, double seconds, in
     }
     for (std::uint64_t n = due < total ? due : total; r.ops < n; ++r.ops) {
       const pending_op p = comm.enqueue(ops[r.ops % ops.size()]);
-      for (int c = 0; c < channels; ++c) kt[static_cast<std::size_t>(c)] = {gpu + 100u * static_cast<unsigned>(c), gpu + 90'000};
+      for (int c = 0; c < channels; ++c)
+        kt[static_cast<std::size_t>(c)] = {gpu + 100u * static_cast<unsigned>(c), gpu + 90'000};
       comm.complete(p, std::span<const kernel_time>(kt.data(), static_cast<std::size_t>(channels)));
       gpu += 100'000;
     }

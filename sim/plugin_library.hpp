@@ -43,8 +43,8 @@ class plugin_library {
     path_ = path;
     error_.clear();
     if (force_abi != 0 && !abi::is_version(force_abi)) {
-      error_ = "unsupported profiler ABI version " + std::to_string(force_abi) + " (want 0 or " + std::to_string(abi::oldest) + ".." +
-               std::to_string(abi::newest) + ")";
+      error_ = "unsupported profiler ABI version " + std::to_string(force_abi) + " (want 0 or " +
+               std::to_string(abi::oldest) + ".." + std::to_string(abi::newest) + ")";
       return false;
     }
     handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -96,7 +96,8 @@ class plugin_library {
   }
   void* dl_handle() const noexcept { return handle_; }
   const void* raw_table() const noexcept { return table_; }
-  template <int V> const typename version<V>::table* table() const noexcept {
+  template <int V>
+  const typename version<V>::table* table() const noexcept {
     return abi_ == V ? static_cast<const typename version<V>::table*>(table_) : nullptr;
   }
 

@@ -20,11 +20,11 @@ using namespace ncclinsp::sim::job;
 struct proxy_item {
   pending_op op;
   int comm = 0;
-  u64 start_ns = 0, stop_ns = 0;  // simulated ns: this rank's kernel start, the op's last channel stop
+  u64 start_ns = 0, stop_ns = 0;            // simulated ns: this rank's kernel start, the op's last channel stop
   std::array<u64, max_channels> ch_stop{};  // per channel index
   std::array<proxy_plan, 32> plans{};       // this rank's network ProxyOps (when the mask asks for them)
   int n_plans = 0;
-  bool group_last = true;                   // the last op of its group (the proxy thread emits a group at once)
+  bool group_last = true;  // the last op of its group (the proxy thread emits a group at once)
   bool start_only = false;
   bool pxn = false;
   bool quit = false;

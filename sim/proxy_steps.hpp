@@ -17,7 +17,12 @@ namespace ncclinsp::sim::job {
 // ---- proxy steps ---------------------------------------------------------------------------------
 /// One network connection of an op on one rank: direction, peer (global rank, and its rank in the comm),
 /// and the nodes at both ends of the wire.
-struct connection { bool is_send; int peer_global; int peer_comm_rank; int channel; };
+struct connection {
+  bool is_send;
+  int peer_global;
+  int peer_comm_rank;
+  int channel;
+};
 
 /// This rank's network connections for op `op` (NCCL creates ProxyOps for network transports only):
 /// fsdp ring channel c crosses nodes at the GPU next to its NIC (c mod K): that GPU receives from the previous
@@ -54,9 +59,11 @@ inline int connections(const model& m, const sim_op& op, int rank, connection* o
 ///        free; network completion x later;
 ///  recv: posted at launch; data arrives when the sender's step completes; no GDR flush; the GPU consumes it
 ///        within a small fraction of a step (not before this rank arrived).
-struct step_s { double post, ready, sent, done; };
-inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer, bool is_send,
-                      double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
+struct step_s {
+  double post, ready, sent, done;
+};
+inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer,
+                      bool is_send, double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
   const options& o = m.o;
   const traffic tr = traffic_of(op, comm_size(o, op.comm));
   const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));

@@ -33,11 +33,23 @@ void fault_json(ncclinsp::format::json_writer& j, const options& o, const fault&
   if (f.node >= 0) j.key("node").value(f.node).key("node_name").value(o.node_prefix + std::to_string(f.node));
   if (f.nic >= 0) j.key("nic").value(f.nic);
   if (f.rank >= 0)
-    j.key("rank").value(f.rank).key("node").value(f.rank / o.gpus).key("node_name").value(o.node_prefix + std::to_string(f.rank / o.gpus))
-        .key("ms").general(f.ms, summary_precision);
+    j.key("rank")
+        .value(f.rank)
+        .key("node")
+        .value(f.rank / o.gpus)
+        .key("node_name")
+        .value(o.node_prefix + std::to_string(f.rank / o.gpus))
+        .key("ms")
+        .general(f.ms, summary_precision);
   else
     j.key("pct").general(f.pct, summary_precision);
-  j.key("t0").general(f.w.t0, summary_precision).key("t1").general(f.w.t1, summary_precision).key("random").value(f.random).end_object();
+  j.key("t0")
+      .general(f.w.t0, summary_precision)
+      .key("t1")
+      .general(f.w.t1, summary_precision)
+      .key("random")
+      .value(f.random)
+      .end_object();
 }
 
 /// The busbw the plugin should measure (bus bytes / kernel time, summed over ranks and ops, as a rate) per
@@ -58,7 +70,8 @@ std::map<std::string, double> measured_busbw(const options& base, const std::vec
         if (op.ce || ro.hung) continue;
         const traffic tr = traffic_of(op, comm_size(o, op.comm));
         double stop = ro.start;
-        for (std::size_t c = 0; c < std::min<std::size_t>(op.n_channels, max_channels); ++c) stop = std::max(stop, ro.ch_stop[c]);
+        for (std::size_t c = 0; c < std::min<std::size_t>(op.n_channels, max_channels); ++c)
+          stop = std::max(stop, ro.ch_stop[c]);
         auto& a = acc[std::string(kind_name(op.comm)) + func_name(op.func) + std::to_string(op.bytes)];
         a.first += tr.size_bytes * tr.factor / 1e9;  // as a rate over a window: sum(bytes) / sum(time)
         a.second += stop - ro.start;
@@ -130,9 +143,20 @@ void write_summary(const options& o, const model& m, const std::string& path) {
       seen.push_back(key);
       const int n = comm_size(o, op.comm);
       const bool first_of_group = oi == 0 || op.p2p_dir != 0;
-      j.begin_object().key("comm").value(kind_name(op.comm)).key("collective").value(func_name(op.func)).key("nranks").value(n);
+      j.begin_object()
+          .key("comm")
+          .value(kind_name(op.comm))
+          .key("collective")
+          .value(func_name(op.func))
+          .key("nranks")
+          .value(n);
       j.key("n_nodes").value(comm_network(o, op.comm) ? o.nodes : 1).key("network").value(comm_network(o, op.comm));
-      j.key("bytes_per_rank").value(op.bytes).key("algo").value(op.sym ? "AGxLL_R" : op.algo).key("proto").value(op.sym ? "" : op.proto);
+      j.key("bytes_per_rank")
+          .value(op.bytes)
+          .key("algo")
+          .value(op.sym ? "AGxLL_R" : op.algo)
+          .key("proto")
+          .value(op.sym ? "" : op.proto);
       j.key("n_channels").value(int(op.n_channels));
       num("model_busbw_gbs", m.base_busbw(op.comm) / 1e9);
       num("link_busbw_gbs", m.busbw_gbs(op, 1.0, false));
@@ -153,7 +177,10 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     }
   j.end_array().key("phases").begin_array({"\n    ", "\n  "});
   std::vector<double> cuts{0.0};
-  for (const auto& f : o.faults) { cuts.push_back(f.w.t0); cuts.push_back(f.w.t1); }
+  for (const auto& f : o.faults) {
+    cuts.push_back(f.w.t0);
+    cuts.push_back(f.w.t1);
+  }
   const double end = o.end_time(m.nominal_step_s);
   cuts.push_back(std::max(end, 0.0));
   std::sort(cuts.begin(), cuts.end());

@@ -20,13 +20,13 @@ namespace ncclinsp::sim::job {
 // ---- coupled timeline -------------------------------------------------------------------------
 /// One op of one rank in one step.
 struct rank_op {
-  int group = 0, op = 0;  ///< indices into model::program
-  double start = 0;       ///< this rank's kernel start (its own arrival), s
-  double end = 0;         ///< the op's common end (slowest channel), s
-  double t0 = 0;          ///< the op's data flow start (its last member's arrival), s
+  int group = 0, op = 0;                       ///< indices into model::program
+  double start = 0;                            ///< this rank's kernel start (its own arrival), s
+  double end = 0;                              ///< the op's common end (slowest channel), s
+  double t0 = 0;                               ///< the op's data flow start (its last member's arrival), s
   std::array<double, max_channels> ch_end{};   ///< each channel's common end, s
   std::array<double, max_channels> ch_stop{};  ///< this rank's KernelCh stop per channel index
-  bool hung = false;      ///< started, never completes
+  bool hung = false;                           ///< started, never completes
 };
 
 /// Every rank's ops of one step, computed for the whole job:
@@ -40,8 +40,12 @@ struct rank_op {
 class timeline {
  public:
   explicit timeline(const model& m)
-      : m_(m), n_(m.o.nodes * m.o.gpus), cur_(std::size_t(n_), 0.0), arr_(std::size_t(n_), 0.0),
-        blocked_(std::size_t(n_), 0), ops_(std::size_t(n_)),
+      : m_(m),
+        n_(m.o.nodes * m.o.gpus),
+        cur_(std::size_t(n_), 0.0),
+        arr_(std::size_t(n_), 0.0),
+        blocked_(std::size_t(n_), 0),
+        ops_(std::size_t(n_)),
         arrivals_(m.program.size(), std::vector<double>(std::size_t(n_), 0.0)) {}
 
   int ranks() const noexcept { return n_; }
@@ -72,7 +76,8 @@ class timeline {
       for (int r = 0; r < n_; ++r) {
         if (blocked(r)) continue;
         const double t = cur_[std::size_t(r)] + c * g.compute_frac;
-        arr_[std::size_t(r)] = t + m_.jitter_s() * unit01(mix(mix(o.seed, s), u64(gi) * 65536 + u64(r))) + m_.straggle(r, t);
+        arr_[std::size_t(r)] =
+            t + m_.jitter_s() * unit01(mix(mix(o.seed, s), u64(gi) * 65536 + u64(r))) + m_.straggle(r, t);
       }
       arrivals_[gi] = arr_;
       const bool ce_only = std::all_of(g.ops.begin(), g.ops.end(), [](const sim_op& op) { return op.ce; });
@@ -154,8 +159,10 @@ class timeline {
     bool hung = false;
     double t0 = 0;
     for (int r : members) {
-      if (blocked(r) || hangs_now(r)) hung = true;
-      else t0 = std::max(t0, arr_[std::size_t(r)]);
+      if (blocked(r) || hangs_now(r))
+        hung = true;
+      else
+        t0 = std::max(t0, arr_[std::size_t(r)]);
     }
     const int local = m_.o.gpus > 0 ? members.front() % m_.o.gpus : 0;
     const int n0 = members.front() / m_.o.gpus, n1 = members.back() / m_.o.gpus;
@@ -235,8 +242,10 @@ class timeline {
         return x.group != y.group ? x.group < y.group : x.op < y.op;
       });
     for (int r = 0; r < n_; ++r) {
-      if (newly[std::size_t(r)]) blocked_[std::size_t(r)] = 1;
-      else if (!blocked(r)) cur_[std::size_t(r)] = done[std::size_t(r)];
+      if (newly[std::size_t(r)])
+        blocked_[std::size_t(r)] = 1;
+      else if (!blocked(r))
+        cur_[std::size_t(r)] = done[std::size_t(r)];
     }
   }
 

@@ -21,10 +21,14 @@ enum class comm_kind : std::uint8_t { tp, fsdp, dp, pp };
 inline constexpr int n_comm_kinds = 4;
 constexpr const char* kind_name(comm_kind k) {
   switch (k) {
-    case comm_kind::tp: return "tp";
-    case comm_kind::fsdp: return "fsdp";
-    case comm_kind::dp: return "dp";
-    case comm_kind::pp: return "pp";
+    case comm_kind::tp:
+      return "tp";
+    case comm_kind::fsdp:
+      return "fsdp";
+    case comm_kind::dp:
+      return "dp";
+    case comm_kind::pp:
+      return "pp";
   }
   return "?";
 }
@@ -37,7 +41,7 @@ inline constexpr double jitter_frac = 0.02;
 inline constexpr double nominal_tflops = 310.0;
 inline constexpr double degraded_tflops = 268.0;  // at --net-degrade 50
 inline constexpr std::size_t max_channels = 16;
-inline constexpr int chunk_bytes = 1 << 19;       // NCCL step size (SIMPLE, 4 MiB buffer / 8 steps)
+inline constexpr int chunk_bytes = 1 << 19;  // NCCL step size (SIMPLE, 4 MiB buffer / 8 steps)
 
 struct sim_op {
   comm_kind comm;
@@ -61,9 +65,13 @@ struct sim_group {
 
 inline int comm_size(const options& o, comm_kind k) {
   switch (k) {
-    case comm_kind::tp: return o.gpus;
-    case comm_kind::fsdp: return o.nodes * o.gpus;
-    case comm_kind::dp: case comm_kind::pp: return o.nodes;
+    case comm_kind::tp:
+      return o.gpus;
+    case comm_kind::fsdp:
+      return o.nodes * o.gpus;
+    case comm_kind::dp:
+    case comm_kind::pp:
+      return o.nodes;
   }
   return 1;
 }
@@ -73,10 +81,13 @@ inline std::vector<sim_group> build_program(const options& o) {
   const std::size_t ag = 32 * mib, ar_tp = 32 * mib, ar_dp = 128 * mib;
   auto tag = [&](u64 t) { return o.user_tags ? t : 0; };
   std::vector<sim_group> g;
-  g.push_back({0.0, {{comm_kind::fsdp, nccl_func::broadcast, nccl_dtype::bfloat16, 4096, "RING", "LL", 1, -1, tag(9)}}, true});
-  g.push_back({0.10, {{comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)},
-                      {comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)}}});
-  g.push_back({0.15, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
+  g.push_back(
+      {0.0, {{comm_kind::fsdp, nccl_func::broadcast, nccl_dtype::bfloat16, 4096, "RING", "LL", 1, -1, tag(9)}}, true});
+  g.push_back({0.10,
+               {{comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)},
+                {comm_kind::fsdp, nccl_func::all_gather, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(1)}}});
+  g.push_back(
+      {0.15, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
   {
     sim_op small{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, 1 * mib, "RING", "LL", 2, -1, tag(2)};
     small.sym = o.sym_kernels;
@@ -89,12 +100,17 @@ inline std::vector<sim_group> build_program(const options& o) {
     recv.p2p_dir = -1;
     g.push_back({0.05, {send, recv}});
   }
-  g.push_back({0.25, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
-  g.push_back({0.15, {{comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)},
-                      {comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)}}});
+  g.push_back(
+      {0.25, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::bfloat16, ar_tp, "NVLS", "SIMPLE", 16, -1, tag(2)}}});
+  g.push_back(
+      {0.15,
+       {{comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)},
+        {comm_kind::fsdp, nccl_func::reduce_scatter, nccl_dtype::bfloat16, ag, "RING", "SIMPLE", 8, -1, tag(3)}}});
   if (o.nodes > 1)
-    g.push_back({0.10, {{comm_kind::dp, nccl_func::all_reduce, nccl_dtype::float32, ar_dp, "TREE", "SIMPLE", 16, -1, tag(4)}}});
-  g.push_back({0.05, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::uint8, 128 * 1024, "RING", "LL", 1, -1, tag(5)}}});
+    g.push_back(
+        {0.10, {{comm_kind::dp, nccl_func::all_reduce, nccl_dtype::float32, ar_dp, "TREE", "SIMPLE", 16, -1, tag(4)}}});
+  g.push_back(
+      {0.05, {{comm_kind::tp, nccl_func::all_reduce, nccl_dtype::uint8, 128 * 1024, "RING", "LL", 1, -1, tag(5)}}});
   if (o.ce_colls) {
     sim_op ce{comm_kind::tp, nccl_func::all_gather, nccl_dtype::bfloat16, 1 * mib, "", "", 0, -1, tag(6)};
     ce.ce = true;
@@ -108,7 +124,10 @@ inline std::vector<sim_group> build_program(const options& o) {
 
 /// nccl-tests: S (the "size") and the bus factor, the library's (ncclinsp/bandwidth.hpp), so the
 /// simulated time and the plugin's bandwidth use one formula.
-struct traffic { double size_bytes; double factor; };
+struct traffic {
+  double size_bytes;
+  double factor;
+};
 inline traffic traffic_of(const sim_op& op, int n) {
   const ncclinsp::func f = ncclinsp::parse_func(func_name(op.func));
   return {ncclinsp::traffic_bytes(f, op.bytes, n), ncclinsp::bus_factor(f, n)};

@@ -16,28 +16,28 @@
 #include "nccl_timed.hpp"
 #include "sweep.hpp"
 
-#define CHECK_CUDA(x)                                                                       \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
-#define CHECK_NCCL(x)                                                                          \
-  do {                                                                                         \
-    ncclResult_t r_ = (x);                                                                     \
-    if (r_ != ncclSuccess) {                                                                   \
+#define CHECK_NCCL(x)                                                                         \
+  do {                                                                                        \
+    ncclResult_t r_ = (x);                                                                    \
+    if (r_ != ncclSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 static std::string uuid_string(const cudaUUID_t& u) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
   char s[48];
-  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5],
-                b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   return s;
 }
 
@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%d GPU(s), NCCL %d\n", ndev, NCCL_VERSION_CODE);
 
-  ncclinsp::inspector_options o = std::getenv("NCCL_INSPECTOR_ENABLE") ? ncclinsp::inspector_options::from_env() : ncclinsp::inspector_options{};
+  ncclinsp::inspector_options o =
+      std::getenv("NCCL_INSPECTOR_ENABLE") ? ncclinsp::inspector_options::from_env() : ncclinsp::inspector_options{};
   if (!std::getenv("NCCL_INSPECTOR_ENABLE")) {
     o.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = dir}));
     o.interval = std::chrono::seconds(1);
@@ -77,9 +78,15 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&peer_buf[i], n * sizeof(float)));
     timers.push_back(std::make_unique<nccl_timed::timer>(*insp));  // device d is current: its events live there
     tcomms[i] = {comms[i],
-                 insp->add_comm({.name = "world", .hash = 0x6e63636c77726c64ull, .rank = d, .nranks = ndev, .nnodes = 1, .device = d,
+                 insp->add_comm({.name = "world",
+                                 .hash = 0x6e63636c77726c64ull,
+                                 .rank = d,
+                                 .nranks = ndev,
+                                 .nnodes = 1,
+                                 .device = d,
                                  .uuid = uuid_string(prop.uuid)}),
-                 timers.back().get(), {}};
+                 timers.back().get(),
+                 {}};
   }
   for (int it = 0; it < iters; ++it) {
     CHECK_NCCL(nccl_timed::GroupStart());

@@ -37,21 +37,34 @@ struct comm {
 
 inline ncclinsp::dtype to_dtype(ncclDataType_t t) noexcept {
   switch (t) {
-    case ncclInt8: return ncclinsp::dtype::int8;
-    case ncclUint8: return ncclinsp::dtype::uint8;
-    case ncclInt32: return ncclinsp::dtype::int32;
-    case ncclUint32: return ncclinsp::dtype::uint32;
-    case ncclInt64: return ncclinsp::dtype::int64;
-    case ncclUint64: return ncclinsp::dtype::uint64;
-    case ncclFloat16: return ncclinsp::dtype::float16;
-    case ncclFloat32: return ncclinsp::dtype::float32;
-    case ncclFloat64: return ncclinsp::dtype::float64;
-    case ncclBfloat16: return ncclinsp::dtype::bfloat16;
+    case ncclInt8:
+      return ncclinsp::dtype::int8;
+    case ncclUint8:
+      return ncclinsp::dtype::uint8;
+    case ncclInt32:
+      return ncclinsp::dtype::int32;
+    case ncclUint32:
+      return ncclinsp::dtype::uint32;
+    case ncclInt64:
+      return ncclinsp::dtype::int64;
+    case ncclUint64:
+      return ncclinsp::dtype::uint64;
+    case ncclFloat16:
+      return ncclinsp::dtype::float16;
+    case ncclFloat32:
+      return ncclinsp::dtype::float32;
+    case ncclFloat64:
+      return ncclinsp::dtype::float64;
+    case ncclBfloat16:
+      return ncclinsp::dtype::bfloat16;
 #if NCCL_VERSION_CODE >= 22400
-    case ncclFloat8e4m3: return ncclinsp::dtype::float8e4m3;
-    case ncclFloat8e5m2: return ncclinsp::dtype::float8e5m2;
+    case ncclFloat8e4m3:
+      return ncclinsp::dtype::float8e4m3;
+    case ncclFloat8e5m2:
+      return ncclinsp::dtype::float8e5m2;
 #endif
-    default: return ncclinsp::dtype::unknown;
+    default:
+      return ncclinsp::dtype::unknown;
   }
 }
 
@@ -76,7 +89,8 @@ inline bool enqueued(ncclResult_t r) noexcept { return r == ncclSuccess || r == 
 
 /// Times `call` (the NCCL call) for op `f` on `stream`.
 template <class Call>
-ncclResult_t timed(comm& c, ncclinsp::func f, std::size_t count, ncclDataType_t dt, int peer, cudaStream_t stream, Call&& call) {
+ncclResult_t timed(comm& c, ncclinsp::func f, std::size_t count, ncclDataType_t dt, int peer, cudaStream_t stream,
+                   Call&& call) {
   ncclinsp::op_record op = ncclinsp::make_op(f, count, to_dtype(dt), 0, 0);
   op.seq = c.seq[static_cast<std::size_t>(f)]++;
   op.peer = peer;
@@ -121,23 +135,30 @@ inline ncclResult_t GroupEnd() {
   return r;
 }
 
-inline ncclResult_t AllReduce(comm& c, const void* send, void* recv, std::size_t count, ncclDataType_t dt, ncclRedOp_t op, cudaStream_t s) {
-  return detail::timed(c, ncclinsp::func::all_reduce, count, dt, -1, s, [&] { return ncclAllReduce(send, recv, count, dt, op, c.nccl, s); });
+inline ncclResult_t AllReduce(comm& c, const void* send, void* recv, std::size_t count, ncclDataType_t dt,
+                              ncclRedOp_t op, cudaStream_t s) {
+  return detail::timed(c, ncclinsp::func::all_reduce, count, dt, -1, s,
+                       [&] { return ncclAllReduce(send, recv, count, dt, op, c.nccl, s); });
 }
 /// `sendcount` elements per rank (the plugin reports AllGather bytes as the send bytes too).
-inline ncclResult_t AllGather(comm& c, const void* send, void* recv, std::size_t sendcount, ncclDataType_t dt, cudaStream_t s) {
-  return detail::timed(c, ncclinsp::func::all_gather, sendcount, dt, -1, s, [&] { return ncclAllGather(send, recv, sendcount, dt, c.nccl, s); });
+inline ncclResult_t AllGather(comm& c, const void* send, void* recv, std::size_t sendcount, ncclDataType_t dt,
+                              cudaStream_t s) {
+  return detail::timed(c, ncclinsp::func::all_gather, sendcount, dt, -1, s,
+                       [&] { return ncclAllGather(send, recv, sendcount, dt, c.nccl, s); });
 }
 /// `recvcount` elements per rank (the plugin reports ReduceScatter bytes as the receive bytes).
-inline ncclResult_t ReduceScatter(comm& c, const void* send, void* recv, std::size_t recvcount, ncclDataType_t dt, ncclRedOp_t op, cudaStream_t s) {
+inline ncclResult_t ReduceScatter(comm& c, const void* send, void* recv, std::size_t recvcount, ncclDataType_t dt,
+                                  ncclRedOp_t op, cudaStream_t s) {
   return detail::timed(c, ncclinsp::func::reduce_scatter, recvcount, dt, -1, s,
                        [&] { return ncclReduceScatter(send, recv, recvcount, dt, op, c.nccl, s); });
 }
 inline ncclResult_t Send(comm& c, const void* buf, std::size_t count, ncclDataType_t dt, int peer, cudaStream_t s) {
-  return detail::timed(c, ncclinsp::func::send, count, dt, peer, s, [&] { return ncclSend(buf, count, dt, peer, c.nccl, s); });
+  return detail::timed(c, ncclinsp::func::send, count, dt, peer, s,
+                       [&] { return ncclSend(buf, count, dt, peer, c.nccl, s); });
 }
 inline ncclResult_t Recv(comm& c, void* buf, std::size_t count, ncclDataType_t dt, int peer, cudaStream_t s) {
-  return detail::timed(c, ncclinsp::func::recv, count, dt, peer, s, [&] { return ncclRecv(buf, count, dt, peer, c.nccl, s); });
+  return detail::timed(c, ncclinsp::func::recv, count, dt, peer, s,
+                       [&] { return ncclRecv(buf, count, dt, peer, c.nccl, s); });
 }
 
 }  // namespace nccl_timed

@@ -45,10 +45,12 @@ struct device {
 
 /// `iters` ops of `f` with `count` float elements per rank (NCCL's count argument) on every
 /// device; returns the slowest device's span in ms, or a negative value on error.
-inline double timed_batch(ncclinsp::func f, std::size_t count, int iters, std::vector<ncclComm_t>& comms, std::vector<device>& devs) {
+inline double timed_batch(ncclinsp::func f, std::size_t count, int iters, std::vector<ncclComm_t>& comms,
+                          std::vector<device>& devs) {
   const auto n = devs.size();
   for (std::size_t d = 0; d < n; ++d) {
-    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") || !ok(cudaEventRecord(devs[d].start, devs[d].stream), "cudaEventRecord"))
+    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") ||
+        !ok(cudaEventRecord(devs[d].start, devs[d].stream), "cudaEventRecord"))
       return -1;
   }
   for (int it = 0; it < iters; ++it) {
@@ -57,9 +59,15 @@ inline double timed_batch(ncclinsp::func f, std::size_t count, int iters, std::v
       device& v = devs[d];
       ncclResult_t r = ncclSuccess;
       switch (f) {
-        case ncclinsp::func::all_reduce: r = ncclAllReduce(v.send, v.recv, count, ncclFloat32, ncclSum, comms[d], v.stream); break;
-        case ncclinsp::func::all_gather: r = ncclAllGather(v.send, v.recv, count, ncclFloat32, comms[d], v.stream); break;
-        default: r = ncclReduceScatter(v.send, v.recv, count, ncclFloat32, ncclSum, comms[d], v.stream); break;
+        case ncclinsp::func::all_reduce:
+          r = ncclAllReduce(v.send, v.recv, count, ncclFloat32, ncclSum, comms[d], v.stream);
+          break;
+        case ncclinsp::func::all_gather:
+          r = ncclAllGather(v.send, v.recv, count, ncclFloat32, comms[d], v.stream);
+          break;
+        default:
+          r = ncclReduceScatter(v.send, v.recv, count, ncclFloat32, ncclSum, comms[d], v.stream);
+          break;
       }
       if (!ok(r, "collective")) return -1;
     }
@@ -68,8 +76,10 @@ inline double timed_batch(ncclinsp::func f, std::size_t count, int iters, std::v
   double worst = 0;
   for (std::size_t d = 0; d < n; ++d) {
     float ms = 0;
-    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") || !ok(cudaEventRecord(devs[d].stop, devs[d].stream), "cudaEventRecord") ||
-        !ok(cudaEventSynchronize(devs[d].stop), "cudaEventSynchronize") || !ok(cudaEventElapsedTime(&ms, devs[d].start, devs[d].stop), "cudaEventElapsedTime"))
+    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") ||
+        !ok(cudaEventRecord(devs[d].stop, devs[d].stream), "cudaEventRecord") ||
+        !ok(cudaEventSynchronize(devs[d].stop), "cudaEventSynchronize") ||
+        !ok(cudaEventElapsedTime(&ms, devs[d].start, devs[d].stop), "cudaEventElapsedTime"))
       return -1;
     worst = std::max(worst, static_cast<double>(ms));
   }
@@ -91,12 +101,15 @@ inline int run(int argc, char** argv) {
   std::vector<device> devs(n);
   for (std::size_t d = 0; d < n; ++d) {
     device& v = devs[d];
-    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") || !ok(cudaStreamCreateWithFlags(&v.stream, cudaStreamNonBlocking), "stream") ||
-        !ok(cudaEventCreate(&v.start), "event") || !ok(cudaEventCreate(&v.stop), "event") || !ok(cudaMalloc(&v.send, max_bytes), "cudaMalloc") ||
-        !ok(cudaMalloc(&v.recv, max_bytes), "cudaMalloc") || !ok(cudaMemset(v.send, 0, max_bytes), "cudaMemset"))
+    if (!ok(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice") ||
+        !ok(cudaStreamCreateWithFlags(&v.stream, cudaStreamNonBlocking), "stream") ||
+        !ok(cudaEventCreate(&v.start), "event") || !ok(cudaEventCreate(&v.stop), "event") ||
+        !ok(cudaMalloc(&v.send, max_bytes), "cudaMalloc") || !ok(cudaMalloc(&v.recv, max_bytes), "cudaMalloc") ||
+        !ok(cudaMemset(v.send, 0, max_bytes), "cudaMemset"))
       return 1;
   }
-  const ncclinsp::func funcs[] = {ncclinsp::func::all_reduce, ncclinsp::func::all_gather, ncclinsp::func::reduce_scatter};
+  const ncclinsp::func funcs[] = {ncclinsp::func::all_reduce, ncclinsp::func::all_gather,
+                                  ncclinsp::func::reduce_scatter};
   for (const auto f : funcs) {
     for (std::uint64_t total = min_bytes; total <= max_bytes; total *= 2) {
       // NCCL's count: AllReduce the whole buffer; AllGather the send count and ReduceScatter the
@@ -106,13 +119,15 @@ inline int run(int argc, char** argv) {
       const std::uint64_t rank_bytes = count * 4;
       const double probe = timed_batch(f, count, 2, comms, devs);  // warm-up, and the per-op estimate
       if (probe < 0) return 1;
-      const int iters = std::clamp(static_cast<int>(target_ms / std::max(probe / 2, 1e-3)), 5, 100);  // < the plugin's 256-op pool
+      const int iters =
+          std::clamp(static_cast<int>(target_ms / std::max(probe / 2, 1e-3)), 5, 100);  // < the plugin's 256-op pool
       const double ms = timed_batch(f, count, iters, comms, devs);
       if (ms < 0) return 1;
       const double op_ns = ms * 1e6 / iters;
       const double busbw = ncclinsp::bus_bytes(f, rank_bytes, ndev) / op_ns;
-      std::printf("sweep\t%s\t%llu\t%llu\t%d\t%.3f\t%.3f\n", std::string(ncclinsp::to_string(f)).c_str(), static_cast<unsigned long long>(total),
-                  static_cast<unsigned long long>(rank_bytes), iters, op_ns / 1e3, busbw);
+      std::printf("sweep\t%s\t%llu\t%llu\t%d\t%.3f\t%.3f\n", std::string(ncclinsp::to_string(f)).c_str(),
+                  static_cast<unsigned long long>(total), static_cast<unsigned long long>(rank_bytes), iters,
+                  op_ns / 1e3, busbw);
       std::fflush(stdout);
     }
   }
@@ -122,7 +137,8 @@ inline int run(int argc, char** argv) {
   }
   const auto t_destroy = clock::now();
   for (auto c : comms) ncclCommDestroy(c);
-  std::printf("destroy_ms\t%.1f\nranks\t%d\n", std::chrono::duration<double, std::milli>(clock::now() - t_destroy).count(), ndev);
+  std::printf("destroy_ms\t%.1f\nranks\t%d\n",
+              std::chrono::duration<double, std::milli>(clock::now() - t_destroy).count(), ndev);
   return 0;
 }
 

@@ -17,16 +17,19 @@
 namespace {
 
 void record_some(ncclinsp::inspector& insp) {
-  const auto comm = insp.add_comm({.name = "dp", .hash = 3, .rank = 1, .nranks = 4, .nnodes = 1, .device = 0, .uuid = "GPU-0"});
+  const auto comm =
+      insp.add_comm({.name = "dp", .hash = 3, .rank = 1, .nranks = 4, .nnodes = 1, .device = 0, .uuid = "GPU-0"});
   for (int i = 0; i < 3; ++i) {
-    ncclinsp::op_record op = ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
+    ncclinsp::op_record op =
+        ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
     op.alg = ncclinsp::algo::ring;
     op.pro = ncclinsp::proto::simple;
     insp.record(comm, op);
   }
   // A fourth AllReduce timed on the CPU: another cell (cells are also keyed by timing source), the
   // same series: the sink must send one value for it, not one per cell.
-  ncclinsp::op_record cpu_timed = ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
+  ncclinsp::op_record cpu_timed =
+      ncclinsp::make_op(ncclinsp::func::all_reduce, 1u << 20, ncclinsp::dtype::float32, 0, 200'000);
   cpu_timed.alg = ncclinsp::algo::ring;
   cpu_timed.pro = ncclinsp::proto::simple;
   cpu_timed.timing = ncclinsp::timing_source::kernel_cpu;
@@ -40,7 +43,8 @@ int self_test() {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     std::perror("udp listener");
     return 2;
   }
@@ -73,13 +77,15 @@ int self_test() {
     const auto colon = l.find(':'), bar = l.find('|', colon);
     unique = keys.insert(l.substr(0, colon) + l.substr(bar)).second && unique;
   }
-  const bool ok = datagrams >= 2 && unique &&
-                  all.find("nccl.ncclinsp_ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
-                  all.find(",comm_name:dp,comm_hash:0000000000000003,rank:1,nranks:4,n_nodes:1,collective:AllReduce,message_size:4MiB-8MiB,"
-                           "algo_proto:RING_SIMPLE") != std::string::npos &&
-                  all.find("nccl.ncclinsp_busy_seconds:8e-04|c") != std::string::npos && all.find("nccl.nccl_bus_bandwidth_gbs:") != std::string::npos &&
-                  all.find("nccl.ncclinsp_ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
-                  all.find("nccl.ncclinsp_inflight_ops:0|g|#") != std::string::npos;
+  const bool ok =
+      datagrams >= 2 && unique && all.find("nccl.ncclinsp_ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
+      all.find(
+          ",comm_name:dp,comm_hash:0000000000000003,rank:1,nranks:4,n_nodes:1,collective:AllReduce,message_size:4MiB-8MiB,"
+          "algo_proto:RING_SIMPLE") != std::string::npos &&
+      all.find("nccl.ncclinsp_busy_seconds:8e-04|c") != std::string::npos &&
+      all.find("nccl.nccl_bus_bandwidth_gbs:") != std::string::npos &&
+      all.find("nccl.ncclinsp_ops:1|c|") != std::string::npos && all.find("collective:Send") != std::string::npos &&
+      all.find("nccl.ncclinsp_inflight_ops:0|g|#") != std::string::npos;
   std::puts(ok ? "statsd self-test ok" : "statsd self-test FAILED");
   return ok ? 0 : 1;
 }

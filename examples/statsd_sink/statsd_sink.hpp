@@ -70,26 +70,29 @@ class statsd_sink {
         packet += packet.empty() ? "" : "\n";
         packet += l;
       };
-      ncclinsp::format::for_each_sample(snap, [&](const ncclinsp::format::metric_family& f, const ncclinsp::format::label_list& labels, double v,
-                                                  const ncclinsp::format::series_row&) {
-        if (f.type == ncclinsp::format::metric_type::histogram || f.name == "ncclinsp_info" || f.name == "ncclinsp_export_timestamp_seconds") return;
-        std::string tags = "|#";
-        for (const auto& [k, val] : labels) {
-          if (tags.size() > 2) tags += ',';
-          tags += k;
-          tags += ':';
-          for (char ch : val) tags += (ch == ',' || ch == '|' || ch == '#' || ch == '\n' || ch == ':') ? '_' : ch;
-        }
-        const std::string name = o_.prefix + std::string(f.otlp_name());
-        if (f.type == ncclinsp::format::metric_type::counter) {
-          double& prev = last_[name + tags];
-          const double delta = v - prev;
-          prev = v;
-          if (delta > 0) line(name + ":" + number(delta) + "|c" + tags);
-        } else {
-          line(name + ":" + number(v) + "|g" + tags);
-        }
-      });
+      ncclinsp::format::for_each_sample(
+          snap, [&](const ncclinsp::format::metric_family& f, const ncclinsp::format::label_list& labels, double v,
+                    const ncclinsp::format::series_row&) {
+            if (f.type == ncclinsp::format::metric_type::histogram || f.name == "ncclinsp_info" ||
+                f.name == "ncclinsp_export_timestamp_seconds")
+              return;
+            std::string tags = "|#";
+            for (const auto& [k, val] : labels) {
+              if (tags.size() > 2) tags += ',';
+              tags += k;
+              tags += ':';
+              for (char ch : val) tags += (ch == ',' || ch == '|' || ch == '#' || ch == '\n' || ch == ':') ? '_' : ch;
+            }
+            const std::string name = o_.prefix + std::string(f.otlp_name());
+            if (f.type == ncclinsp::format::metric_type::counter) {
+              double& prev = last_[name + tags];
+              const double delta = v - prev;
+              prev = v;
+              if (delta > 0) line(name + ":" + number(delta) + "|c" + tags);
+            } else {
+              line(name + ":" + number(v) + "|g" + tags);
+            }
+          });
       if (!packet.empty()) ok = send(packet) && ok;
       return ok ? ncclinsp::export_result::success : ncclinsp::export_result::failure;
     } catch (...) {
@@ -116,7 +119,8 @@ class statsd_sink {
     return s;
   }
   bool send(const std::string& p) noexcept {
-    if (::send(state_->fd, p.data(), p.size(), MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(p.size())) return true;
+    if (::send(state_->fd, p.data(), p.size(), MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(p.size()))
+      return true;
     ++state_->failures;
     return false;
   }

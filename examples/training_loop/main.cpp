@@ -18,8 +18,8 @@ namespace {
 
 /// What a wrapper would do around ncclAllReduce & co: begin, call NCCL, measure, end.
 template <class Inspector>
-void collective(Inspector& insp, ncclinsp::comm_handle comm, ncclinsp::func f, std::uint64_t count, ncclinsp::dtype dt, double gbs,
-                std::uint64_t& seq) {
+void collective(Inspector& insp, ncclinsp::comm_handle comm, ncclinsp::func f, std::uint64_t count, ncclinsp::dtype dt,
+                double gbs, std::uint64_t& seq) {
   const std::uint64_t bytes = count * ncclinsp::size_of(dt);
   auto token = insp.begin(comm, f, bytes);
   const std::uint64_t start = ncclinsp::collector<>::steady_ns();
@@ -47,14 +47,18 @@ int main(int argc, char** argv) {
                                   .interval = std::chrono::milliseconds(100)};
     o.identity.labels = {{"job", "example"}};
     ncclinsp::inspector insp(std::move(o));
-    const auto tp = insp.add_comm({.name = "tensor_parallel", .hash = 0x7701, .rank = 0, .nranks = 8, .nnodes = 1, .device = 0, .uuid = uuid});
-    const auto dp = insp.add_comm({.name = "data_parallel", .hash = 0x7702, .rank = 0, .nranks = 16, .nnodes = 2, .device = 0, .uuid = uuid});
+    const auto tp = insp.add_comm(
+        {.name = "tensor_parallel", .hash = 0x7701, .rank = 0, .nranks = 8, .nnodes = 1, .device = 0, .uuid = uuid});
+    const auto dp = insp.add_comm(
+        {.name = "data_parallel", .hash = 0x7702, .rank = 0, .nranks = 16, .nnodes = 2, .device = 0, .uuid = uuid});
     std::uint64_t tp_seq = 0, dp_seq = 0;
     for (int step = 0; step < 20; ++step) {
       for (int layer = 0; layer < 4; ++layer)  // forward: tensor-parallel AllReduce per layer
         collective(insp, tp, ncclinsp::func::all_reduce, 4u << 20, ncclinsp::dtype::bfloat16, 150.0, tp_seq);
-      collective(insp, dp, ncclinsp::func::reduce_scatter, 32u << 20, ncclinsp::dtype::float32, 40.0, dp_seq);  // gradients
-      collective(insp, dp, ncclinsp::func::all_gather, 64u << 20, ncclinsp::dtype::bfloat16, 40.0, dp_seq);     // parameters
+      collective(insp, dp, ncclinsp::func::reduce_scatter, 32u << 20, ncclinsp::dtype::float32, 40.0,
+                 dp_seq);  // gradients
+      collective(insp, dp, ncclinsp::func::all_gather, 64u << 20, ncclinsp::dtype::bfloat16, 40.0,
+                 dp_seq);  // parameters
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }  // final export
@@ -64,8 +68,10 @@ int main(int argc, char** argv) {
   ss << f.rdbuf();
   const std::string text = ss.str();
   auto has = [&](const std::string& needle) { return text.find(needle) != std::string::npos; };
-  const bool ok = has("collective=\"AllReduce\",message_size=\"8MiB-16MiB\",algo_proto=\"RING_SIMPLE\",job=\"example\"} 80\n") &&
-                  has("comm_name=\"data_parallel\"") && has("ncclinsp_op_duration_seconds_bucket{") && has("ncclinsp_info{");
-  std::printf("%s: %s/nccl_inspector_metrics_%s.prom (%zu bytes)\n", ok ? "ok" : "FAILED", dir.c_str(), uuid.c_str(), text.size());
+  const bool ok =
+      has("collective=\"AllReduce\",message_size=\"8MiB-16MiB\",algo_proto=\"RING_SIMPLE\",job=\"example\"} 80\n") &&
+      has("comm_name=\"data_parallel\"") && has("ncclinsp_op_duration_seconds_bucket{") && has("ncclinsp_info{");
+  std::printf("%s: %s/nccl_inspector_metrics_%s.prom (%zu bytes)\n", ok ? "ok" : "FAILED", dir.c_str(), uuid.c_str(),
+              text.size());
   return ok ? 0 : 1;
 }

@@ -19,16 +19,20 @@ constexpr double bus_factor(func f, int nranks) noexcept {
   if (nranks <= 0) return 0.0;
   const double n = nranks;
   switch (f) {
-    case func::all_reduce: return 2.0 * (n - 1.0) / n;
+    case func::all_reduce:
+      return 2.0 * (n - 1.0) / n;
     case func::all_gather:
     case func::reduce_scatter:
-    case func::all_to_all: return (n - 1.0) / n;
+    case func::all_to_all:
+      return (n - 1.0) / n;
     case func::broadcast:
     case func::reduce:
     case func::send:
     case func::recv:
-    case func::send_recv: return 1.0;
-    default: return 0.0;
+    case func::send_recv:
+      return 1.0;
+    default:
+      return 0.0;
   }
 }
 
@@ -36,8 +40,10 @@ constexpr double bus_factor(func f, int nranks) noexcept {
 constexpr double traffic_bytes(func f, std::uint64_t bytes, int nranks) noexcept {
   switch (f) {
     case func::all_gather:
-    case func::reduce_scatter: return static_cast<double>(bytes) * (nranks > 0 ? nranks : 0);
-    default: return bus_factor(f, nranks) > 0.0 ? static_cast<double>(bytes) : 0.0;
+    case func::reduce_scatter:
+      return static_cast<double>(bytes) * (nranks > 0 ? nranks : 0);
+    default:
+      return bus_factor(f, nranks) > 0.0 ? static_cast<double>(bytes) : 0.0;
   }
 }
 

@@ -16,8 +16,10 @@ namespace ncclinsp {
 
 template <class B>
 concept bucketer = requires(std::uint64_t bytes, std::uint32_t idx) {
-  { B::index(bytes) } noexcept -> std::same_as<std::uint32_t>;
-  { B::lower_bound(idx) } noexcept -> std::same_as<std::uint64_t>;
+  { B::index(bytes) }
+  noexcept->std::same_as<std::uint32_t>;
+  { B::lower_bound(idx) }
+  noexcept->std::same_as<std::uint64_t>;
   { B::label(idx) } -> std::same_as<std::string>;
   { B::bucket_count } -> std::convertible_to<std::uint32_t>;
 };

@@ -85,7 +85,9 @@ struct key_field {
   unsigned shift, bits;
   constexpr std::uint64_t mask() const noexcept { return (std::uint64_t{1} << bits) - 1; }
   constexpr std::uint64_t put(std::uint64_t v) const noexcept { return (v & mask()) << shift; }
-  constexpr std::uint32_t get(std::uint64_t k) const noexcept { return static_cast<std::uint32_t>((k >> shift) & mask()); }
+  constexpr std::uint32_t get(std::uint64_t k) const noexcept {
+    return static_cast<std::uint32_t>((k >> shift) & mask());
+  }
 };
 }  // namespace detail
 
@@ -110,7 +112,9 @@ class collector {
   }
   /// Bytes one ring entry takes (with its op_trace when `traced`): sizes record_ring_max from a
   /// memory budget.
-  static constexpr std::size_t bytes_per_record(bool traced) noexcept { return sizeof(record_slot) + (traced ? sizeof(op_trace) : 0); }
+  static constexpr std::size_t bytes_per_record(bool traced) noexcept {
+    return sizeof(record_slot) + (traced ? sizeof(op_trace) : 0);
+  }
   /// Records per take_records batch: 4,096, or 512 with op_traces (3 KB each, ~2 KB of JSON): a
   /// 4,096-record traced batch was 12 MiB of traces and 8 MiB of text, and first touching it
   /// stalled the writer ~400 ms on a VM.
@@ -119,7 +123,8 @@ class collector {
   std::uint64_t record_ring_bytes() const noexcept {
     std::uint64_t n = 0;
     for (auto& sp : shards_)
-      if (const shard* s = sp.load(std::memory_order_acquire); s && s->ring) n += std::uint64_t{s->allocated} * chunk_bytes(s->chunk);
+      if (const shard* s = sp.load(std::memory_order_acquire); s && s->ring)
+        n += std::uint64_t{s->allocated} * chunk_bytes(s->chunk);
     return n;
   }
   collector(const collector&) = delete;
@@ -171,7 +176,8 @@ class collector {
     c.probe = nullptr;
     if (state_of(c.state_gen.load(std::memory_order_relaxed)) == comm_live) {
       c.retired_steady = steady_ns();
-      c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_retired), std::memory_order_release);
+      c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_retired),
+                        std::memory_order_release);
     }
   }
 
@@ -181,13 +187,15 @@ class collector {
 
   /// Hot: an op of `h` was handed to the GPU (in-flight accounting).
   void note_started(comm_handle h) noexcept {
-    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY
+      return;
     comms_[h].started.fetch_add(1, std::memory_order_relaxed);
   }
 
   /// Hot: an op was skipped on purpose. no_gpu_timing ops had started, so they complete here.
   void note_filtered(comm_handle h, filter_reason r) noexcept {
-    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    if (h >= Traits::max_comms) NCCLINSP_UNLIKELY
+      return;
     comm_slot& c = comms_[h];
     if (r == filter_reason::min_size)
       c.filtered_min_size.fetch_add(1, std::memory_order_relaxed);
@@ -259,7 +267,8 @@ class collector {
   bool records_pending() const noexcept {
     for (auto& sp : shards_) {
       const shard* s = sp.load(std::memory_order_acquire);
-      if (s && s->ring && s->head.load(std::memory_order_acquire) != s->tail.load(std::memory_order_relaxed)) return true;
+      if (s && s->ring && s->head.load(std::memory_order_acquire) != s->tail.load(std::memory_order_relaxed))
+        return true;
     }
     return false;
   }
@@ -289,7 +298,8 @@ class collector {
       }
     }
     for (auto& sp : shards_)
-      if (shard* s = sp.load(std::memory_order_acquire); s && s->ring) drain_records(*s, snap, comm_index_, max_records);
+      if (shard* s = sp.load(std::memory_order_acquire); s && s->ring)
+        drain_records(*s, snap, comm_index_, max_records);
   }
   /// Exporter thread, when the final export runs out of time: empties the record rings, counting
   /// each record still queued as dropped (`why`) on its communicator, so the final statistics that
@@ -302,7 +312,8 @@ class collector {
       const std::uint64_t head = s->head.load(std::memory_order_acquire);
       std::uint64_t tail = s->tail.load(std::memory_order_relaxed);
       for (; tail != head; ++tail) {
-        const record_slot& r = s->ring[(tail / s->chunk) % s->slots].load(std::memory_order_relaxed)->rec[tail % s->chunk];
+        const record_slot& r =
+            s->ring[(tail / s->chunk) % s->slots].load(std::memory_order_relaxed)->rec[tail % s->chunk];
         if (r.comm >= Traits::max_comms) continue;
         comms_[r.comm].dropped[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
         ++n;
@@ -353,16 +364,21 @@ class collector {
         cs.inflight = cs.started > done ? cs.started - done : 0;
         if (cs.inflight && c.probe) {
           std::uint64_t oldest = 0;
-          try { oldest = c.probe(i); } catch (...) {}
+          try {
+            oldest = c.probe(i);
+          } catch (...) {}
           if (oldest && oldest < now_steady) cs.oldest_inflight_age_s = static_cast<double>(now_steady - oldest) * 1e-9;
         }
         if (cs.completed != c.seen_completed) {
           c.seen_completed = cs.completed;
           c.last_change_steady = now_steady;
         }
-        if (c.last_change_steady) cs.since_last_completion_s = static_cast<double>(now_steady - c.last_change_steady) * 1e-9;
-        for (std::size_t f = 0; f < func_count; ++f) cs.last_seq_plus1[f] = c.last_seq_plus1[f].load(std::memory_order_relaxed);
-        for (std::size_t r = 0; r < cs.dropped.size(); ++r) cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
+        if (c.last_change_steady)
+          cs.since_last_completion_s = static_cast<double>(now_steady - c.last_change_steady) * 1e-9;
+        for (std::size_t f = 0; f < func_count; ++f)
+          cs.last_seq_plus1[f] = c.last_seq_plus1[f].load(std::memory_order_relaxed);
+        for (std::size_t r = 0; r < cs.dropped.size(); ++r)
+          cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
         cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
         cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
         if (cs.retired && now_steady - c.retired_steady >= retention_ns) {
@@ -375,7 +391,12 @@ class collector {
         comm_index[i] = static_cast<std::uint32_t>(snap.comms.size());
         if (c.proxy)
           c.proxy->for_each([&](const proxy_table::peer_totals& t) {
-            snap.proxy.push_back({.comm = comm_index[i], .peer = t.peer, .send = t.send, .wait_ns = t.wait_ns, .bytes = t.bytes, .steps = t.steps});
+            snap.proxy.push_back({.comm = comm_index[i],
+                                  .peer = t.peer,
+                                  .send = t.send,
+                                  .wait_ns = t.wait_ns,
+                                  .bytes = t.bytes,
+                                  .steps = t.steps});
           });
         snap.comms.push_back(std::move(cs));
       }
@@ -389,7 +410,8 @@ class collector {
       for (std::uint32_t i = 0; i < Traits::cells_per_shard; ++i) {
         const std::uint64_t key = s->cells[i].key.load(std::memory_order_acquire);
         if (key == 0) continue;
-        for_each_stat(totals[key], s->cells[i], [](auto& sum, const auto& v) { sum += v.load(std::memory_order_relaxed); });
+        for_each_stat(totals[key], s->cells[i],
+                      [](auto& sum, const auto& v) { sum += v.load(std::memory_order_relaxed); });
       }
       if (s->ring) drain_records(*s, snap, comm_index);
     }
@@ -432,13 +454,15 @@ class collector {
   static std::uint64_t unix_ns() noexcept { return detail::unix_ns(); }
   static constexpr std::uint32_t comm_free = 0, comm_live = 1, comm_retired = 2, comm_gone = 3;
   // comm_slot::state_gen = state (low byte: comm_free .. comm_gone) | generation << state_bits.
-  static constexpr unsigned state_bits = 8;                           // bits of the state byte
+  static constexpr unsigned state_bits = 8;                            // bits of the state byte
   static constexpr std::uint32_t state_mask = (1u << state_bits) - 1;  // selects the state byte
-  static constexpr std::uint32_t comm_gen_mask = 15;                  // generations wrap at 4 bits (the key's field)
+  static constexpr std::uint32_t comm_gen_mask = 15;                   // generations wrap at 4 bits (the key's field)
   static constexpr std::uint32_t state_of(std::uint32_t sg) noexcept { return sg & state_mask; }
   static constexpr std::uint32_t gen_of(std::uint32_t sg) noexcept { return (sg >> state_bits) & comm_gen_mask; }
   /// `sg` with its state replaced by `st`, generation kept.
-  static constexpr std::uint32_t with_state(std::uint32_t sg, std::uint32_t st) noexcept { return st | (sg & ~state_mask); }
+  static constexpr std::uint32_t with_state(std::uint32_t sg, std::uint32_t st) noexcept {
+    return st | (sg & ~state_mask);
+  }
   /// Tag index of a user tag that found no free entry (more than max_user_tags distinct tags): the
   /// serializers render it "other" (it is past snapshot::user_tags).
   static constexpr std::uint32_t other_tag = 31;
@@ -480,10 +504,10 @@ class collector {
     std::uint32_t ring_high = 0;  // high-water mark: rings the doorbell when the ring fills to it
     std::uint32_t ring_low = 0;   // growing rings: rings the doorbell when this much window is left
     bool traced = false;
-    std::uint32_t allocated = 0;  // chunks allocated, spares included (exporter)
-    std::vector<ring_chunk*> spare;  // exporter: chunks out of the window kept for reuse (capacity: slots)
+    std::uint32_t allocated = 0;               // chunks allocated, spares included (exporter)
+    std::vector<ring_chunk*> spare;            // exporter: chunks out of the window kept for reuse (capacity: slots)
     std::uint64_t rate_t0 = 0, rate_pos0 = 0;  // exporter: rate measurement
-    double rate = 0;                            // exporter: records per second, recent
+    double rate = 0;                           // exporter: records per second, recent
     alignas(detail::cache_line) std::atomic<std::uint64_t> head{0};  // written by the recording thread
     std::atomic<std::uint64_t> table_full{0};
     alignas(detail::cache_line) std::atomic<std::uint64_t> tail{0};  // written by the exporter
@@ -504,7 +528,8 @@ class collector {
     return g;
   }
   std::uint64_t chunk_bytes(std::uint32_t chunk) const noexcept {
-    return std::uint64_t{chunk} * (sizeof(record_slot) + (opts_.record_traces ? sizeof(op_trace) : 0)) + sizeof(ring_chunk);
+    return std::uint64_t{chunk} * (sizeof(record_slot) + (opts_.record_traces ? sizeof(op_trace) : 0)) +
+           sizeof(ring_chunk);
   }
 
   // One communicator. Lines are split by writer: enqueue thread / completing thread / cold.
@@ -514,7 +539,8 @@ class collector {
     alignas(detail::cache_line) std::atomic<std::uint64_t> completed{0};
     std::atomic<std::uint64_t> filtered_no_gpu{0};
     std::array<std::atomic<std::uint64_t>, func_count> last_seq_plus1{};
-    alignas(detail::cache_line) std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(drop_reason::count_)> dropped{};
+    alignas(detail::cache_line)
+        std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(drop_reason::count_)> dropped{};
     std::atomic<std::uint64_t> abandoned{0};
     std::atomic<std::uint32_t> state_gen{comm_free};  // state (8 bits) | generation (4 bits) << 8
     comm_desc desc;
@@ -542,13 +568,14 @@ class collector {
 
   // key: 1 (valid) | tag 5 | comm 12 | comm generation 4 | func 4 | algo 4 | proto 3 | timing 2 | size 29
   static constexpr std::uint64_t key_valid = std::uint64_t{1} << 63;  // never 0 for a used cell
-  static constexpr detail::key_field key_tag{58, 5}, key_comm_f{46, 12}, key_gen_f{42, 4}, key_fn{38, 4}, key_alg{34, 4}, key_pro{31, 3},
-      key_timing{29, 2}, key_size{0, 29};
+  static constexpr detail::key_field key_tag{58, 5}, key_comm_f{46, 12}, key_gen_f{42, 4}, key_fn{38, 4},
+      key_alg{34, 4}, key_pro{31, 3}, key_timing{29, 2}, key_size{0, 29};
   static constexpr std::uint64_t make_key(comm_handle h, std::uint32_t gen, const op_record& op, std::uint32_t size_idx,
                                           std::uint32_t tag) noexcept {
-    return key_valid | key_tag.put(tag) | key_comm_f.put(h) | key_gen_f.put(gen) | key_fn.put(static_cast<std::uint8_t>(op.fn)) |
-           key_alg.put(static_cast<std::uint8_t>(op.alg)) | key_pro.put(static_cast<std::uint8_t>(op.pro)) |
-           key_timing.put(static_cast<std::uint8_t>(op.timing)) | key_size.put(size_idx);
+    return key_valid | key_tag.put(tag) | key_comm_f.put(h) | key_gen_f.put(gen) |
+           key_fn.put(static_cast<std::uint8_t>(op.fn)) | key_alg.put(static_cast<std::uint8_t>(op.alg)) |
+           key_pro.put(static_cast<std::uint8_t>(op.pro)) | key_timing.put(static_cast<std::uint8_t>(op.timing)) |
+           key_size.put(size_idx);
   }
   static constexpr std::uint32_t key_comm(std::uint64_t k) noexcept { return key_comm_f.get(k); }
   static constexpr std::uint32_t key_gen(std::uint64_t k) noexcept { return key_gen_f.get(k); }
@@ -569,7 +596,8 @@ class collector {
   static_assert(comm_gen_mask == key_gen_f.mask(), "the slot generation is the key's generation field");
   static_assert(other_tag == key_tag.mask(), "other_tag is the tag field's largest value");
   static_assert(Traits::max_user_tags < other_tag, "tags use 5 key bits; other_tag is \"other\"");
-  static_assert((Traits::cells_per_shard & (Traits::cells_per_shard - 1)) == 0, "cells_per_shard must be a power of two");
+  static_assert((Traits::cells_per_shard & (Traits::cells_per_shard - 1)) == 0,
+                "cells_per_shard must be a power of two");
   static_assert(Traits::max_shards >= 2);
 
   // Single-writer shards use a plain load+store (no lock prefix); the shared overflow shard uses RMW.
@@ -594,7 +622,9 @@ class collector {
     c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_gone), std::memory_order_release);
     decltype(comm_snapshot::dropped) dropped{};
     for (std::size_t r = 0; r < dropped.size(); ++r) dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
-    fold_departed(c.desc, dropped, {c.filtered_min_size.load(std::memory_order_relaxed), c.filtered_no_gpu.load(std::memory_order_relaxed)});
+    fold_departed(
+        c.desc, dropped,
+        {c.filtered_min_size.load(std::memory_order_relaxed), c.filtered_no_gpu.load(std::memory_order_relaxed)});
     return best;
   }
 
@@ -602,7 +632,8 @@ class collector {
   /// made on its first departure; without memory for it, these counts are lost). Caller holds mu_.
   void fold_departed(const comm_desc& d, const decltype(comm_snapshot::dropped)& dropped,
                      const decltype(comm_snapshot::filtered)& filtered) noexcept {
-    auto it = std::find_if(departed_.begin(), departed_.end(), [&](const departed_counts& x) { return x.gpu.uuid == d.uuid && x.gpu.device == d.device; });
+    auto it = std::find_if(departed_.begin(), departed_.end(),
+                           [&](const departed_counts& x) { return x.gpu.uuid == d.uuid && x.gpu.device == d.device; });
     if (it == departed_.end()) {
       try {
         it = departed_.insert(departed_.end(), departed_counts{.gpu = {.device = d.device, .uuid = d.uuid}});
@@ -616,7 +647,8 @@ class collector {
 
   shard* get_shard(std::uint32_t idx) noexcept {
     shard* s = shards_[idx].load(std::memory_order_acquire);
-    if (s) NCCLINSP_LIKELY return s;
+    if (s) NCCLINSP_LIKELY
+      return s;
     return make_shard(idx);
   }
   NCCLINSP_COLD shard* make_shard(std::uint32_t idx) noexcept {
@@ -654,7 +686,8 @@ class collector {
     for (std::uint32_t probe = 0; probe < Traits::cells_per_shard; ++probe, i = (i + 1) & mask) {
       cell& c = s.cells[i];
       std::uint64_t k = c.key.load(std::memory_order_relaxed);
-      if (k == key) NCCLINSP_LIKELY return &c;
+      if (k == key) NCCLINSP_LIKELY
+        return &c;
       if (k != 0) {
         // Only the owner rewrites its cells; a stale one (finalized communicator) is reclaimed
         // if the key is not found further on.
@@ -677,7 +710,8 @@ class collector {
     return nullptr;
   }
 
-  void push_record(shard& s, comm_handle h, const op_record& op, const op_trace* trace, bool exclusive, comm_slot& c) noexcept {
+  void push_record(shard& s, comm_handle h, const op_record& op, const op_trace* trace, bool exclusive,
+                   comm_slot& c) noexcept {
     if (!exclusive) {
       // The shared shard has several producers; per-op records there are dropped and counted.
       c.dropped[static_cast<std::size_t>(drop_reason::record_ring_full)].fetch_add(1, std::memory_order_relaxed);
@@ -701,7 +735,8 @@ class collector {
     // The fill level only rises one at a time (the exporter only lowers it), so it meets the mark
     // exactly once per crossing: one ring per `ring_high` records at most. Likewise the window
     // left only shrinks one at a time (the exporter only widens it).
-    if (used + 1 == s.ring_high || (s.ring_low && limit - head - 1 == s.ring_low)) NCCLINSP_UNLIKELY bell_.ring();
+    if (used + 1 == s.ring_high || (s.ring_low && limit - head - 1 == s.ring_low)) NCCLINSP_UNLIKELY
+      bell_.ring();
   }
 
   /// Exporter (and make_shard): widens the ring's writable window to about one second of the
@@ -723,7 +758,8 @@ class collector {
         s.rate_pos0 = head;
       }
       // One second of records, and twice the backlog found, past the tail.
-      span = std::max<std::uint64_t>(span, std::max<std::uint64_t>(static_cast<std::uint64_t>(s.rate), 2 * (head - tail)));
+      span =
+          std::max<std::uint64_t>(span, std::max<std::uint64_t>(static_cast<std::uint64_t>(s.rate), 2 * (head - tail)));
       span = std::min(whole, (span + s.chunk - 1) / s.chunk * s.chunk);
     }
     const std::uint64_t old_limit = s.limit.load(std::memory_order_relaxed);
@@ -777,7 +813,8 @@ class collector {
     return true;
   }
 
-  void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index, std::uint64_t max_records = UINT64_MAX) {
+  void drain_records(shard& s, snapshot& snap, const std::vector<std::uint32_t>& comm_index,
+                     std::uint64_t max_records = UINT64_MAX) {
     std::uint64_t head = s.head.load(std::memory_order_acquire);
     std::uint64_t tail = s.tail.load(std::memory_order_relaxed);
     if (head - tail > max_records) head = tail + max_records;
@@ -824,9 +861,9 @@ class collector {
 
   collector_options opts_;
   std::unique_ptr<comm_slot[]> comms_;
-  std::uint32_t n_comms_ = 0;             // guarded by mu_
-  std::vector<comm_handle> free_comms_;   // guarded by mu_: slots exported for the last time
-  std::vector<departed_counts> departed_; // guarded by mu_: one entry per GPU seen
+  std::uint32_t n_comms_ = 0;              // guarded by mu_
+  std::vector<comm_handle> free_comms_;    // guarded by mu_: slots exported for the last time
+  std::vector<departed_counts> departed_;  // guarded by mu_: one entry per GPU seen
   std::mutex mu_;
   std::array<std::atomic<shard*>, Traits::max_shards> shards_{};
   std::array<std::atomic<std::uint64_t>, Traits::max_user_tags> tags_{};

@@ -27,7 +27,7 @@ inline std::uint64_t comm_hash_of_unique_id(const void* bytes, std::size_t n) no
 
 /// The same from an ncclUniqueId (any type with a `char internal[N]` member), without <nccl.h>.
 template <class UniqueId>
-  requires requires(const UniqueId& id) { sizeof(id.internal); }
+requires requires(const UniqueId& id) { sizeof(id.internal); }
 std::uint64_t comm_hash_of_unique_id(const UniqueId& id) noexcept {
   return comm_hash_of_unique_id(id.internal, sizeof(id.internal));
 }

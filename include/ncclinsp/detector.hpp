@@ -43,14 +43,14 @@ namespace ncclinsp {
 
 struct detector_options {
   bool enabled = true;
-  double threshold = 0.92;            ///< degraded when recent/baseline stays below this
-  double recover = 0.95;              ///< back to healthy when recent/baseline stays above this
-  std::uint32_t recent = 3;           ///< windows in the recent median
-  std::uint32_t baseline = 30;        ///< windows in the baseline median (before the recent ones)
-  std::uint32_t min_baseline = 8;     ///< windows needed before a key is judged
-  std::uint32_t confirm = 2;          ///< consecutive values beyond a threshold to change state
-  std::uint64_t min_ops = 8;          ///< ops per window value (fewer: carried into the next window)
-  double noise_sigmas = 3.5;          ///< and the drop exceeds this many robust sd of the baseline values
+  double threshold = 0.92;         ///< degraded when recent/baseline stays below this
+  double recover = 0.95;           ///< back to healthy when recent/baseline stays above this
+  std::uint32_t recent = 3;        ///< windows in the recent median
+  std::uint32_t baseline = 30;     ///< windows in the baseline median (before the recent ones)
+  std::uint32_t min_baseline = 8;  ///< windows needed before a key is judged
+  std::uint32_t confirm = 2;       ///< consecutive values beyond a threshold to change state
+  std::uint64_t min_ops = 8;       ///< ops per window value (fewer: carried into the next window)
+  double noise_sigmas = 3.5;       ///< and the drop exceeds this many robust sd of the baseline values
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
@@ -69,12 +69,14 @@ inline detector_options detector_options_from(const options& o) {
 /// to 86% of baseline (41.2 -> 35.4 GB/s)".
 inline std::string describe(const busbw_event& e) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, " to %.0f%% of baseline (%.3g -> %.3g GB/s)", e.ratio * 100, e.baseline_gbs, e.recent_gbs);
+  std::snprintf(buf, sizeof buf, " to %.0f%% of baseline (%.3g -> %.3g GB/s)", e.ratio * 100, e.baseline_gbs,
+                e.recent_gbs);
   char hash[24];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(e.comm.hash));
-  return std::string("bus bandwidth of ") + std::string(to_string(e.fn)) + " " + pow2_bucketer::label(e.size_bucket) + " on comm " +
-         (e.comm.name.empty() ? std::string("unknown") : e.comm.name) + " (" + hash + ", rank " + std::to_string(e.comm.rank) + "/" +
-         std::to_string(e.comm.nranks) + ") " + (e.degraded ? "degraded" : "recovered") + buf;
+  return std::string("bus bandwidth of ") + std::string(to_string(e.fn)) + " " + pow2_bucketer::label(e.size_bucket) +
+         " on comm " + (e.comm.name.empty() ? std::string("unknown") : e.comm.name) + " (" + hash + ", rank " +
+         std::to_string(e.comm.rank) + "/" + std::to_string(e.comm.nranks) + ") " +
+         (e.degraded ? "degraded" : "recovered") + buf;
 }
 
 class change_detector {
@@ -92,7 +94,8 @@ class change_detector {
     for (const auto& c : snap.cells) {
       if (c.window.bw_count == 0 || c.window.busy_ns == 0 || c.comm >= snap.comms.size()) continue;
       const comm_desc& d = snap.comms[c.comm].desc;
-      window& w = now[key{d.hash, d.rank, d.uuid, c.fn, pow2_bucketer::index(inspector_bucketer::lower_bound(c.size_index))}];
+      window& w =
+          now[key{d.hash, d.rank, d.uuid, c.fn, pow2_bucketer::index(inspector_bucketer::lower_bound(c.size_index))}];
       w.ops += c.window.bw_count;
       w.bus_bytes += c.window.bus_bytes;
       w.busy_ns += c.window.busy_ns;
@@ -115,7 +118,8 @@ class change_detector {
     // exports (a size no longer used, or a destroyed communicator, stops reporting its last
     // state); forget the keys of communicators that left the snapshot.
     std::map<std::tuple<std::uint64_t, int, std::string>, std::uint32_t> comm_of;
-    for (std::uint32_t i = 0; i < snap.comms.size(); ++i) comm_of[{snap.comms[i].desc.hash, snap.comms[i].desc.rank, snap.comms[i].desc.uuid}] = i;
+    for (std::uint32_t i = 0; i < snap.comms.size(); ++i)
+      comm_of[{snap.comms[i].desc.hash, snap.comms[i].desc.rank, snap.comms[i].desc.uuid}] = i;
     for (auto it = keys_.begin(); it != keys_.end();) {
       const auto c = comm_of.find({it->first.hash, it->first.rank, it->first.uuid});
       if (c == comm_of.end()) {
@@ -124,8 +128,14 @@ class change_detector {
       }
       const state& s = it->second;
       if (s.judged && s.idle <= o_.baseline && !snap.comms[c->second].retired)
-        snap.busbw.push_back({.comm = c->second, .fn = it->first.fn, .size_bucket = it->first.bucket, .baseline_gbs = s.base,
-                              .recent_gbs = s.recent, .ratio = s.ratio, .degraded = s.degraded, .degradations = s.degradations});
+        snap.busbw.push_back({.comm = c->second,
+                              .fn = it->first.fn,
+                              .size_bucket = it->first.bucket,
+                              .baseline_gbs = s.base,
+                              .recent_gbs = s.recent,
+                              .ratio = s.ratio,
+                              .degraded = s.degraded,
+                              .degradations = s.degradations});
       ++it;
     }
   }
@@ -142,7 +152,9 @@ class change_detector {
     std::string uuid;
     func fn;
     std::uint32_t bucket;
-    bool operator<(const key& o) const { return std::tie(hash, rank, uuid, fn, bucket) < std::tie(o.hash, o.rank, o.uuid, o.fn, o.bucket); }
+    bool operator<(const key& o) const {
+      return std::tie(hash, rank, uuid, fn, bucket) < std::tie(o.hash, o.rank, o.uuid, o.fn, o.bucket);
+    }
   };
   struct window {
     std::uint64_t ops = 0, busy_ns = 0;
@@ -157,13 +169,13 @@ class change_detector {
     double at(std::size_t back) const { return v[(n - 1 - back) % history]; }  // 0 = newest
   };
   struct state {
-    ring recent_values;                 // every value; the newest `recent` form the recent window
+    ring recent_values;                   // every value; the newest `recent` form the recent window
     std::array<bool, history> tainted{};  // per slot of recent_values: judged while degraded
-    ring base_values;                   // healthy values that left the recent window
+    ring base_values;                     // healthy values that left the recent window
     window carry;
     bool judged = false, degraded = false;
-    std::uint32_t streak = 0;           // consecutive values beyond the active threshold
-    std::uint32_t idle = 0;             // updates since the last value
+    std::uint32_t streak = 0;  // consecutive values beyond the active threshold
+    std::uint32_t idle = 0;    // updates since the last value
     double base = 0, recent = 0, ratio = 1;
     std::uint64_t degradations = 0;
   };
@@ -211,8 +223,10 @@ class change_detector {
     if (s.base <= 0) return;
     s.ratio = s.recent / s.base;
     s.judged = true;
-    const bool beyond = s.degraded ? s.ratio >= o_.recover
-                                   : s.ratio < o_.threshold && s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
+    const bool beyond = s.degraded
+                            ? s.ratio >= o_.recover
+                            : s.ratio < o_.threshold &&
+                                  s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
     s.streak = beyond ? s.streak + 1 : 0;
     if (s.streak < o_.confirm) return;
     s.streak = 0;
@@ -223,8 +237,14 @@ class change_detector {
       for (std::size_t i = 0; i < std::min<std::size_t>(o_.recent, s.recent_values.n); ++i)
         s.tainted[(s.recent_values.n - 1 - i) % history] = true;
     }
-    snap.busbw_events.push_back({.comm = snap.comms[comm].desc, .fn = k.fn, .size_bucket = k.bucket, .degraded = s.degraded,
-                                 .baseline_gbs = s.base, .recent_gbs = s.recent, .ratio = s.ratio, .time_unix_ns = snap.time_unix_ns});
+    snap.busbw_events.push_back({.comm = snap.comms[comm].desc,
+                                 .fn = k.fn,
+                                 .size_bucket = k.bucket,
+                                 .degraded = s.degraded,
+                                 .baseline_gbs = s.base,
+                                 .recent_gbs = s.recent,
+                                 .ratio = s.ratio,
+                                 .time_unix_ns = snap.time_unix_ns});
   }
 
   detector_options o_;

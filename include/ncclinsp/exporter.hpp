@@ -140,7 +140,7 @@ class exporter {
   }
 
  private:
-  static constexpr bool has_doorbell = requires(Collector& c) {
+  static constexpr bool has_doorbell = requires(Collector & c) {
     c.doorbell().value();
     c.records_pending();
     c.take_records(std::declval<snapshot&>());
@@ -160,9 +160,11 @@ class exporter {
     bool drain_early = false;  // some sink takes records between exports
     snapshot part;             // records-only snapshots, reused (exporter thread)
     // stop_records_at(): writing per-op records ends at this steady_clock time.
-    std::atomic<std::chrono::steady_clock::rep> records_until{std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
+    std::atomic<std::chrono::steady_clock::rep> records_until{
+        std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
     std::chrono::steady_clock::time_point records_deadline() const noexcept {
-      return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(records_until.load(std::memory_order_relaxed)));
+      return std::chrono::steady_clock::time_point(
+          std::chrono::steady_clock::duration(records_until.load(std::memory_order_relaxed)));
     }
     static constexpr std::uint64_t drain_batch = 4096;  // a collector without record_batch()
     std::uint64_t batch() const noexcept {
@@ -182,7 +184,8 @@ class exporter {
     /// the rings are nearly empty or `rounds` batches were written.
     void drain_records(int rounds = 64) noexcept {
       if constexpr (has_doorbell) {
-        for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline(); ++i) {
+        for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline();
+             ++i) {
           try {
             if constexpr (requires { col.take_records(part, drain_batch); })
               col.take_records(part, batch());
@@ -191,7 +194,8 @@ class exporter {
             for (auto& s : sinks)
               if (s.takes_records()) s.write_records(part);
           } catch (...) {
-            emit(opts.log, log_level::warn, "draining per-op records failed (out of memory?); retrying at the next export");
+            emit(opts.log, log_level::warn,
+                 "draining per-op records failed (out of memory?); retrying at the next export");
             return;
           }
           if (part.records.size() < batch() / 2) return;  // caught up
@@ -205,8 +209,10 @@ class exporter {
         if constexpr (requires { col.discard_records(drop_reason::exit_deadline); })
           if (final && col.records_pending() && std::chrono::steady_clock::now() >= records_deadline())
             if (const std::uint64_t n = col.discard_records(drop_reason::exit_deadline))
-              emit(opts.log, log_level::warn,
-                   "final export: " + std::to_string(n) + " per-op records not written before the process exit, counted as dropped (reason exit_deadline)");
+              emit(
+                  opts.log, log_level::warn,
+                  "final export: " + std::to_string(n) +
+                      " per-op records not written before the process exit, counted as dropped (reason exit_deadline)");
       }
       try {
         auto snap = col.take_snapshot(final);

@@ -9,8 +9,8 @@
 namespace ncclinsp {
 
 inline constexpr std::array<std::uint64_t, 19> duration_bounds_ns = {
-    10'000,      25'000,      50'000,        100'000,       250'000,       500'000,      1'000'000,
-    2'500'000,   5'000'000,   10'000'000,    25'000'000,    50'000'000,    100'000'000,  250'000'000,
+    10'000,      25'000,        50'000,        100'000,       250'000,       500'000,     1'000'000,
+    2'500'000,   5'000'000,     10'000'000,    25'000'000,    50'000'000,    100'000'000, 250'000'000,
     500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
 /// Number of histogram counters including the +Inf bucket.
 inline constexpr std::size_t duration_buckets = duration_bounds_ns.size() + 1;

@@ -102,10 +102,12 @@ struct inspector_options {
   /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
   /// OTLP is opt-in: pass `otlp` = ncclinsp::make_otlp_http_sink (<ncclinsp/sinks/otlp_http_sink.hpp>);
   /// without it NCCL_INSPECTOR_OTEL_EXPORT=1 is refused with a warning and nothing is exported.
-  static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
+  static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env,
+                                    otlp_sink_factory otlp = nullptr) {
     return from(options::from_env(log, get), log, get, otlp);
   }
-  static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
+  static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
+                                otlp_sink_factory otlp = nullptr) {
     inspector_options r;
     r.enabled = o.enable;
     r.interval = o.export_interval();
@@ -128,13 +130,13 @@ struct inspector_options {
 
 /// What a framework knows about a communicator on this rank (cold, once per communicator).
 struct comm_info {
-  std::string name{};       ///< commName label ("unknown" when empty)
-  std::uint64_t hash = 0;   ///< equal on all ranks: comm_hash_of_unique_id(id) (comm_hash.hpp); the comm_hash label
+  std::string name{};      ///< commName label ("unknown" when empty)
+  std::uint64_t hash = 0;  ///< equal on all ranks: comm_hash_of_unique_id(id) (comm_hash.hpp); the comm_hash label
   int rank = 0;
   int nranks = 1;
   int nnodes = 1;
-  int device = -1;          ///< CUDA ordinal; the `gpu` label is GPU<device>
-  std::string uuid{};       ///< "GPU-xxxxxxxx-..." (dcgm-exporter's UUID); names the .prom file. Empty: host-<node>-pid<pid>
+  int device = -1;     ///< CUDA ordinal; the `gpu` label is GPU<device>
+  std::string uuid{};  ///< "GPU-xxxxxxxx-..." (dcgm-exporter's UUID); names the .prom file. Empty: host-<node>-pid<pid>
 };
 
 template <class Traits = default_traits>
@@ -147,23 +149,21 @@ class basic_inspector {
     comm_handle comm = invalid_comm;
     std::uint32_t slot = no_slot;  ///< no_slot: not tracked (disabled, filtered, or pool full)
     std::uint32_t gen = 0;
-    bool counted = false;          ///< started was counted, so end/cancel must complete it
+    bool counted = false;  ///< started was counted, so end/cancel must complete it
   };
   static constexpr std::uint32_t no_slot = detail::slot_bitmap::none;
 
   /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
   explicit basic_inspector(inspector_options o = {})
-      : opts_(std::move(o)),
-        core_(std::make_shared<core>(opts_)),
-        col_(core_->col),
-        extras_(core_->extras.get()) {
+      : opts_(std::move(o)), core_(std::make_shared<core>(opts_)), col_(core_->col), extras_(core_->extras.get()) {
     if (!opts_.enabled) return;
     // The exporter state owns a reference to the core (through `prepare`), so a thread detached by
     // a shutdown() that timed out finishes on live data after the inspector is gone.
     auto prepare = [c = core_](snapshot& s) { c->prepare(s); };
-    ex_ = std::make_unique<exporter<source>>(core_->src, std::move(opts_.sinks),
-                                             exporter_options{.interval = opts_.interval, .log = opts_.log, .prepare = std::move(prepare)});
+    ex_ = std::make_unique<exporter<source>>(
+        core_->src, std::move(opts_.sinks),
+        exporter_options{.interval = opts_.interval, .log = opts_.log, .prepare = std::move(prepare)});
     ex_->start();
   }
 
@@ -198,12 +198,18 @@ class basic_inspector {
   comm_handle add_comm(comm_info c) {
     if (!opts_.enabled) return invalid_comm;
     if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
-    const comm_handle h = col_.add_comm({.name = std::move(c.name), .hash = c.hash, .rank = c.rank, .nranks = c.nranks > 0 ? c.nranks : 1,
-                                         .nnodes = c.nnodes > 0 ? c.nnodes : 1, .device = c.device, .uuid = std::move(c.uuid)},
-                                        [x = extras_](comm_handle slot) {  // exporter thread: the core's table, not `this`
-                                          const comm_extra* e = x[slot].load(std::memory_order_acquire);
-                                          return e ? e->oldest() : std::uint64_t{0};
-                                        });
+    const comm_handle h =
+        col_.add_comm({.name = std::move(c.name),
+                       .hash = c.hash,
+                       .rank = c.rank,
+                       .nranks = c.nranks > 0 ? c.nranks : 1,
+                       .nnodes = c.nnodes > 0 ? c.nnodes : 1,
+                       .device = c.device,
+                       .uuid = std::move(c.uuid)},
+                      [x = extras_](comm_handle slot) {  // exporter thread: the core's table, not `this`
+                        const comm_extra* e = x[slot].load(std::memory_order_acquire);
+                        return e ? e->oldest() : std::uint64_t{0};
+                      });
     if (h == invalid_comm) return h;
     // A reused slot keeps its in-flight table (a late end() of the previous communicator may still
     // touch it), emptied; otherwise one is made. Tables live until the inspector is destroyed.
@@ -227,7 +233,8 @@ class basic_inspector {
   /// One completed op of `h`, with its measured span (op.start_ns/end_ns, any one clock). This is
   /// collector::record after the min-size/P2P filters.
   void record(comm_handle h, const op_record& op) noexcept {
-    if (!opts_.enabled || !accept(h, op)) NCCLINSP_UNLIKELY return;
+    if (!opts_.enabled || !accept(h, op)) NCCLINSP_UNLIKELY
+      return;
     col_.record(h, op);
   }
 
@@ -238,10 +245,12 @@ class basic_inspector {
   inflight begin(comm_handle h, func f = func::unknown, std::uint64_t bytes = 0) noexcept {
     inflight t;
     t.comm = h;
-    if (!opts_.enabled || h >= Traits::max_comms) NCCLINSP_UNLIKELY return t;
+    if (!opts_.enabled || h >= Traits::max_comms) NCCLINSP_UNLIKELY
+      return t;
     if ((is_p2p(f) && !opts_.enable_p2p) || (bytes && bytes < opts_.min_size_bytes)) return t;  // end() filters it
     comm_extra* e = extras_[h].load(std::memory_order_acquire);
-    if (!e) NCCLINSP_UNLIKELY return t;
+    if (!e) NCCLINSP_UNLIKELY
+      return t;
     col_.note_started(h);
     t.counted = true;
     t.slot = e->alloc();
@@ -258,15 +267,18 @@ class basic_inspector {
   /// applied at begin() when it counted the op; otherwise they apply here. A second end() of the
   /// same tracked op, or one after its communicator's slot went to a new communicator, is ignored.
   void end(const inflight& t, const op_record& op) noexcept {
-    if (!release(t)) NCCLINSP_UNLIKELY return;
-    if (!opts_.enabled || t.comm >= Traits::max_comms) NCCLINSP_UNLIKELY return;
+    if (!release(t)) NCCLINSP_UNLIKELY
+      return;
+    if (!opts_.enabled || t.comm >= Traits::max_comms) NCCLINSP_UNLIKELY
+      return;
     if (t.counted || accept(t.comm, op)) col_.record(t.comm, op);
   }
 
   /// The op begun with `t` will not be measured (graph capture, timing error): it leaves the
   /// in-flight count and appears in ncclinsp_filtered_ops_total{reason="no_gpu_timing"}.
   void cancel(const inflight& t) noexcept {
-    if (!release(t)) NCCLINSP_UNLIKELY return;
+    if (!release(t)) NCCLINSP_UNLIKELY
+      return;
     if (t.counted && t.comm < Traits::max_comms) col_.note_filtered(t.comm, filter_reason::no_gpu_timing);
   }
 
@@ -352,8 +364,10 @@ class basic_inspector {
   /// What the exporter thread uses, shared with it: it outlives the inspector when shutdown() timed out.
   struct core {
     explicit core(const inspector_options& o)
-        : col(collector_options{.record_ring_capacity = o.record_ring_capacity, .user_tag_label = o.user_tag_label,
-                                .identity = with_embedded_abi(o.identity), .retired_retention = o.retired_retention}),
+        : col(collector_options{.record_ring_capacity = o.record_ring_capacity,
+                                .user_tag_label = o.user_tag_label,
+                                .identity = with_embedded_abi(o.identity),
+                                .retired_retention = o.retired_retention}),
           extras(new std::atomic<comm_extra*>[Traits::max_comms]()),
           detector(o.detector),
           on_busbw_event(o.on_busbw_event),
@@ -414,8 +428,8 @@ class basic_inspector {
 
   inspector_options opts_;
   std::shared_ptr<core> core_;
-  collector_type& col_;                   // core_->col (the hot path's one indirection)
-  std::atomic<comm_extra*>* extras_;      // core_->extras
+  collector_type& col_;               // core_->col (the hot path's one indirection)
+  std::atomic<comm_extra*>* extras_;  // core_->extras
   std::mutex shutdown_mu_;
   bool shut_ = false, flushed_ = false;
   std::unique_ptr<exporter<source>> ex_;  // last member: stopped first (destructor) while the rest lives

@@ -28,8 +28,7 @@ inline void emit(const log_fn& log, log_level lvl, std::string_view msg) noexcep
       log(lvl, msg);
     else
       stderr_log(lvl, msg);
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 /// Formats the message with {fmt} (`fmt::format` syntax, checked at compile time), then emit();
@@ -38,8 +37,7 @@ template <class... A>
 void emitf(const log_fn& log, log_level lvl, fmt::format_string<A...> f, A&&... args) noexcept {
   try {
     emit(log, lvl, fmt::format(f, std::forward<A>(args)...));
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 }  // namespace ncclinsp

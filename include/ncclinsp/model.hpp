@@ -11,14 +11,28 @@ namespace ncclinsp {
 
 /// Every function string NCCL reports (`ncclFuncToString`) plus the v6 copy-engine ones.
 enum class func : std::uint8_t {
-  unknown = 0, all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather,
-  scatter, send, recv, send_recv, put_signal, signal, wait_signal, count_
+  unknown = 0,
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  all_to_all,
+  gather,
+  scatter,
+  send,
+  recv,
+  send_recv,
+  put_signal,
+  signal,
+  wait_signal,
+  count_
 };
 inline constexpr std::size_t func_count = static_cast<std::size_t>(func::count_);
 
 inline constexpr std::array<std::string_view, func_count> func_names = {
-    "unknown", "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll",
-    "Gather", "Scatter", "Send", "Recv", "SendRecv", "PutSignal", "Signal", "WaitSignal"};
+    "unknown", "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll",  "Gather",
+    "Scatter", "Send",      "Recv",      "SendRecv",      "PutSignal", "Signal", "WaitSignal"};
 
 constexpr std::string_view to_string(func f) noexcept { return func_names[static_cast<std::size_t>(f)]; }
 
@@ -34,12 +48,24 @@ constexpr bool is_p2p(func f) noexcept { return f == func::send || f == func::re
 
 /// Datatypes as NCCL names them. NCCL reports ncclUint8 as "Unknown", so its size is unknown.
 enum class dtype : std::uint8_t {
-  unknown = 0, int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16,
-  float8e4m3, float8e5m2, count_
+  unknown = 0,
+  int8,
+  uint8,
+  int32,
+  uint32,
+  int64,
+  uint64,
+  float16,
+  float32,
+  float64,
+  bfloat16,
+  float8e4m3,
+  float8e5m2,
+  count_
 };
 inline constexpr std::size_t dtype_count = static_cast<std::size_t>(dtype::count_);
 inline constexpr std::array<std::string_view, dtype_count> dtype_names = {
-    "Unknown", "ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64", "ncclUint64",
+    "Unknown",     "ncclInt8",    "ncclUint8",   "ncclInt32",    "ncclUint32",     "ncclInt64",     "ncclUint64",
     "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
 inline constexpr std::array<std::uint8_t, dtype_count> dtype_sizes = {0, 1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
@@ -55,7 +81,19 @@ constexpr dtype parse_dtype(std::string_view s) noexcept {
 inline dtype parse_dtype(const char* s) noexcept { return s ? parse_dtype(std::string_view(s)) : dtype::unknown; }
 
 /// Algorithms (`ncclAlgoToString`) plus `sym` for symmetric kernels and `none` for P2P/CE ops.
-enum class algo : std::uint8_t { unknown = 0, tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat, sym, none, count_ };
+enum class algo : std::uint8_t {
+  unknown = 0,
+  tree,
+  ring,
+  collnet_direct,
+  collnet_chain,
+  nvls,
+  nvls_tree,
+  pat,
+  sym,
+  none,
+  count_
+};
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(algo::count_)> algo_names = {
     "Unknown", "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT", "SYM", "none"};
 constexpr std::string_view to_string(algo a) noexcept { return algo_names[static_cast<std::size_t>(a)]; }
@@ -92,14 +130,14 @@ struct op_record {
   std::uint64_t start_ns = 0;
   std::uint64_t end_ns = 0;
   std::uint64_t user_tag = 0;
-  std::int32_t peer = -1;          ///< P2P peer rank, -1 for collectives
+  std::int32_t peer = -1;  ///< P2P peer rank, -1 for collectives
   std::uint16_t channels = 0;
   func fn = func::unknown;
   dtype dt = dtype::unknown;
   algo alg = algo::unknown;
   proto pro = proto::unknown;
   timing_source timing = timing_source::kernel_gpu;
-  bool bytes_valid = true;         ///< false when count x size overflowed or the size is unknown
+  bool bytes_valid = true;  ///< false when count x size overflowed or the size is unknown
 
   constexpr std::uint64_t duration_ns() const noexcept { return end_ns > start_ns ? end_ns - start_ns : 0; }
 };

@@ -32,7 +32,7 @@ struct op_trace {
   std::uint64_t start_cpu_ns = 0;  ///< the op's start event (enqueue)
   std::uint64_t stop_cpu_ns = 0;   ///< the op's stop event (enqueued)
   std::uint16_t start_sn = 0, stop_sn = 0;
-  std::uint8_t n_channels = 0;     ///< valid entries in `channels`
+  std::uint8_t n_channels = 0;  ///< valid entries in `channels`
   std::array<channel_trace, max_traced_channels> channels{};
 };
 

@@ -25,50 +25,56 @@ namespace ncclinsp {
 
 struct options {
   // ---- NVIDIA Inspector compatible ----
-  bool enable = false;                   ///< NCCL_INSPECTOR_ENABLE (NCCLINSP_ENABLE overrides)
-  bool enable_p2p = true;                ///< NCCL_INSPECTOR_ENABLE_P2P
-  bool dump_thread = true;               ///< NCCL_INSPECTOR_DUMP_THREAD_ENABLE (0: write only at teardown)
-  std::chrono::microseconds interval{-1};  ///< NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS (NCCLINSP_INTERVAL); <0: teardown only
-  std::string dump_dir;                  ///< NCCL_INSPECTOR_DUMP_DIR (default nccl-inspector-<SLURM_JOBID>)
-  bool verbose = false;                  ///< NCCL_INSPECTOR_DUMP_VERBOSE
-  bool prom = false;                     ///< NCCL_INSPECTOR_PROM_DUMP: Prometheus instead of JSON
-  bool prom_dump_stats = false;          ///< NCCL_INSPECTOR_PROM_DUMP_STATS (drop counters are always written)
-  std::uint64_t min_size_bytes = 8192;   ///< NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES
-  std::uint32_t coll_ring_size = 8192;   ///< NCCL_INSPECTOR_DUMP_COLL_RING_SIZE (per-op records per thread; Inspector: 1024)
-  std::uint32_t p2p_ring_size = 8192;    ///< NCCL_INSPECTOR_DUMP_P2P_RING_SIZE
-  std::uint32_t coll_pool_size = 256;    ///< NCCL_INSPECTOR_COLL_POOL_SIZE (in-flight collectives per comm)
-  std::uint32_t p2p_pool_size = 256;     ///< NCCL_INSPECTOR_P2P_POOL_SIZE
-  std::uint32_t comm_pool_size = 256;    ///< NCCL_INSPECTOR_COMM_POOL_SIZE (accepted, unused)
-  bool pool_grow = true;                 ///< NCCL_INSPECTOR_POOL_GROW (accepted; pools are fixed, overflow is counted)
-  bool require_kernel_timing = true;     ///< NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING
-  bool otel = false;                     ///< NCCL_INSPECTOR_OTEL_EXPORT
-  bool otel_verbose = false;             ///< NCCL_INSPECTOR_OTEL_VERBOSE
+  bool enable = false;      ///< NCCL_INSPECTOR_ENABLE (NCCLINSP_ENABLE overrides)
+  bool enable_p2p = true;   ///< NCCL_INSPECTOR_ENABLE_P2P
+  bool dump_thread = true;  ///< NCCL_INSPECTOR_DUMP_THREAD_ENABLE (0: write only at teardown)
+  std::chrono::microseconds interval{
+      -1};               ///< NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS (NCCLINSP_INTERVAL); <0: teardown only
+  std::string dump_dir;  ///< NCCL_INSPECTOR_DUMP_DIR (default nccl-inspector-<SLURM_JOBID>)
+  bool verbose = false;  ///< NCCL_INSPECTOR_DUMP_VERBOSE
+  bool prom = false;     ///< NCCL_INSPECTOR_PROM_DUMP: Prometheus instead of JSON
+  bool prom_dump_stats = false;         ///< NCCL_INSPECTOR_PROM_DUMP_STATS (drop counters are always written)
+  std::uint64_t min_size_bytes = 8192;  ///< NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES
+  std::uint32_t coll_ring_size =
+      8192;  ///< NCCL_INSPECTOR_DUMP_COLL_RING_SIZE (per-op records per thread; Inspector: 1024)
+  std::uint32_t p2p_ring_size = 8192;  ///< NCCL_INSPECTOR_DUMP_P2P_RING_SIZE
+  std::uint32_t coll_pool_size = 256;  ///< NCCL_INSPECTOR_COLL_POOL_SIZE (in-flight collectives per comm)
+  std::uint32_t p2p_pool_size = 256;   ///< NCCL_INSPECTOR_P2P_POOL_SIZE
+  std::uint32_t comm_pool_size = 256;  ///< NCCL_INSPECTOR_COMM_POOL_SIZE (accepted, unused)
+  bool pool_grow = true;               ///< NCCL_INSPECTOR_POOL_GROW (accepted; pools are fixed, overflow is counted)
+  bool require_kernel_timing = true;   ///< NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING
+  bool otel = false;                   ///< NCCL_INSPECTOR_OTEL_EXPORT
+  bool otel_verbose = false;           ///< NCCL_INSPECTOR_OTEL_VERBOSE
   // ---- native ----
-  std::vector<std::string> sinks;        ///< NCCLINSP_SINKS=prom,json,trace (default: from NCCL_INSPECTOR_PROM_DUMP)
-  std::string node_name;                 ///< NCCLINSP_NODE_NAME (default: host name)
+  std::vector<std::string> sinks;  ///< NCCLINSP_SINKS=prom,json,trace (default: from NCCL_INSPECTOR_PROM_DUMP)
+  std::string node_name;           ///< NCCLINSP_NODE_NAME (default: host name)
   std::vector<std::pair<std::string, std::string>> labels;  ///< NCCLINSP_LABELS=cluster=a,team=b (+ namespace/pod)
-  bool user_tag_label = false;           ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
-  std::string cuda_driver;               ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
-  bool keep_prom_files = true;           ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
-  std::uint64_t json_max_bytes = 0;      ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
-  std::uint64_t record_buffer_mb = 64;   ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
-  std::chrono::milliseconds exit_flush{2000};    ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
-  std::chrono::seconds retain_finalized{120};    ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
+  bool user_tag_label = false;       ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
+  std::string cuda_driver;           ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
+  bool keep_prom_files = true;       ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
+  std::uint64_t json_max_bytes = 0;  ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
+  std::uint64_t record_buffer_mb =
+      64;  ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
+  std::chrono::milliseconds exit_flush{
+      2000};  ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
+  std::chrono::seconds retain_finalized{
+      120};  ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
   // ---- diagnosis signals (docs/diagnosis.md) ----
-  bool detect = true;                    ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
+  bool detect = true;  ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
   std::uint32_t detect_threshold_pct = 92;  ///< NCCLINSP_DETECT_THRESHOLD_PCT: degraded below this % of baseline
-  std::uint32_t detect_recent = 3;       ///< NCCLINSP_DETECT_RECENT: windows in the recent median
-  std::uint32_t detect_baseline = 30;    ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
-  std::uint32_t detect_min_ops = 8;      ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
-  bool proxy = false;                    ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
-  std::uint32_t proxy_sample = 16;       ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
+  std::uint32_t detect_recent = 3;          ///< NCCLINSP_DETECT_RECENT: windows in the recent median
+  std::uint32_t detect_baseline = 30;       ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
+  std::uint32_t detect_min_ops = 8;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
+  bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
+  std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----
   std::vector<std::string> drop_labels;  ///< NCCLINSP_DROP_LABELS=rank,comm_hash,uuid,algo_proto
-  std::uint32_t size_bucket_bits = 1;    ///< NCCLINSP_SIZE_BUCKET_BITS: message_size buckets span 2^bits (1: powers of two)
-  std::string histogram = "full";        ///< NCCLINSP_HISTOGRAM=full|coarse|off (20, 7 or no duration buckets)
-  bool compat_gauges = true;             ///< NCCLINSP_COMPAT_GAUGES=0 leaves Inspector's four gauge families out
-  std::uint64_t max_series = 20000;      ///< NCCLINSP_MAX_SERIES: hard cap on the lines of one file (0 = none)
+  std::uint32_t size_bucket_bits =
+      1;                             ///< NCCLINSP_SIZE_BUCKET_BITS: message_size buckets span 2^bits (1: powers of two)
+  std::string histogram = "full";    ///< NCCLINSP_HISTOGRAM=full|coarse|off (20, 7 or no duration buckets)
+  bool compat_gauges = true;         ///< NCCLINSP_COMPAT_GAUGES=0 leaves Inspector's four gauge families out
+  std::uint64_t max_series = 20000;  ///< NCCLINSP_MAX_SERIES: hard cap on the lines of one file (0 = none)
 
   /// Effective export interval; 0 means "only at flush/teardown" (100 ms floor).
   std::chrono::milliseconds export_interval() const noexcept {
@@ -111,8 +117,10 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   e.integer("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", interval_us, INT64_MIN, INT64_MAX);
   if (const char* v = e.raw("NCCLINSP_INTERVAL")) {
     std::int64_t us = 0;
-    if (detail::parse_duration_us(v, us)) interval_us = us;
-    else e.warn("NCCLINSP_INTERVAL", v, "a duration such as 5s, 500ms or 1000000");
+    if (detail::parse_duration_us(v, us))
+      interval_us = us;
+    else
+      e.warn("NCCLINSP_INTERVAL", v, "a duration such as 5s, 500ms or 1000000");
   }
   o.interval = std::chrono::microseconds(interval_us);
   if (const char* j = e.raw("SLURM_JOBID")) {
@@ -143,11 +151,15 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
     std::vector<std::string> s;
     bool ok = true;
     detail::for_each_item(v, ',', [&](std::string_view item) {
-      if (item == "prom" || item == "json" || item == "trace") s.emplace_back(item);
-      else if (!item.empty()) ok = false;
+      if (item == "prom" || item == "json" || item == "trace")
+        s.emplace_back(item);
+      else if (!item.empty())
+        ok = false;
     });
-    if (ok && !s.empty()) o.sinks = std::move(s);
-    else e.warn("NCCLINSP_SINKS", v, "a list of prom, json, trace");
+    if (ok && !s.empty())
+      o.sinks = std::move(s);
+    else
+      e.warn("NCCLINSP_SINKS", v, "a list of prom, json, trace");
   }
   o.node_name = detail::host_name();
   e.string("NCCLINSP_NODE_NAME", o.node_name);
@@ -155,9 +167,10 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
   if (const char* v = e.raw("NCCLINSP_LABELS")) {
     std::vector<std::pair<std::string, std::string>> kv;
     bool ok = true;
-    static constexpr std::string_view reserved[] = {"version", "slurm_job_id", "node", "gpu", "uuid", "comm_name", "comm_hash", "rank",
-                                                    "nranks", "n_nodes", "collective", "p2p_operation", "message_size", "algo_proto",
-                                                    "le", "reason", "user_tag", "abi", "final", "job", "instance"};
+    static constexpr std::string_view reserved[] = {
+        "version", "slurm_job_id", "node",     "gpu",        "uuid",          "comm_name",    "comm_hash",
+        "rank",    "nranks",       "n_nodes",  "collective", "p2p_operation", "message_size", "algo_proto",
+        "le",      "reason",       "user_tag", "abi",        "final",         "job",          "instance"};
     detail::for_each_item(v, ',', [&](std::string_view item) {
       const auto eq = item.find('=');
       if (eq == std::string_view::npos || !detail::is_label_name(item.substr(0, eq))) {
@@ -168,8 +181,11 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
         kv.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
       }
     });
-    if (ok) o.labels = std::move(kv);
-    else e.warn("NCCLINSP_LABELS", v, "name=value pairs separated by commas, names [a-zA-Z_][a-zA-Z0-9_]* and not one of ours");
+    if (ok)
+      o.labels = std::move(kv);
+    else
+      e.warn("NCCLINSP_LABELS", v,
+             "name=value pairs separated by commas, names [a-zA-Z_][a-zA-Z0-9_]* and not one of ours");
   }
   std::string ns, pod;
   e.string("POD_NAMESPACE", ns);
@@ -199,17 +215,23 @@ inline options options::from_env(const log_fn& log, const getenv_fn& get) {
     std::vector<std::string> d;
     bool ok = true;
     detail::for_each_item(v, ',', [&](std::string_view item) {
-      if (item == "rank" || item == "comm_hash" || item == "uuid" || item == "algo_proto") d.emplace_back(item);
-      else if (!item.empty()) ok = false;
+      if (item == "rank" || item == "comm_hash" || item == "uuid" || item == "algo_proto")
+        d.emplace_back(item);
+      else if (!item.empty())
+        ok = false;
     });
-    if (ok) o.drop_labels = std::move(d);
-    else e.warn("NCCLINSP_DROP_LABELS", v, "a list of rank, comm_hash, uuid, algo_proto");
+    if (ok)
+      o.drop_labels = std::move(d);
+    else
+      e.warn("NCCLINSP_DROP_LABELS", v, "a list of rank, comm_hash, uuid, algo_proto");
   }
   e.integer("NCCLINSP_SIZE_BUCKET_BITS", o.size_bucket_bits, 1, 16);
   if (const char* v = e.raw("NCCLINSP_HISTOGRAM")) {
     const std::string_view h(v);
-    if (h == "full" || h == "coarse" || h == "off") o.histogram = v;
-    else e.warn("NCCLINSP_HISTOGRAM", v, "full, coarse or off");
+    if (h == "full" || h == "coarse" || h == "off")
+      o.histogram = v;
+    else
+      e.warn("NCCLINSP_HISTOGRAM", v, "full, coarse or off");
   }
   e.boolean("NCCLINSP_COMPAT_GAUGES", o.compat_gauges);
   e.integer("NCCLINSP_MAX_SERIES", o.max_series, 0, INT64_MAX);
@@ -224,7 +246,8 @@ inline std::string options::describe() const {
   for (const auto& x : sinks) sk += (sk.empty() ? "" : ",") + x;
   kv("sinks", sk);
   kv("dump_dir", dump_dir);
-  kv("interval", export_interval().count() ? std::to_string(export_interval().count()) + "ms" : std::string("teardown only"));
+  kv("interval",
+     export_interval().count() ? std::to_string(export_interval().count()) + "ms" : std::string("teardown only"));
   kv("p2p", enable_p2p ? "1" : "0");
   kv("min_size_bytes", std::to_string(min_size_bytes));
   kv("require_kernel_timing", require_kernel_timing ? "1" : "0");
@@ -237,11 +260,12 @@ inline std::string options::describe() const {
   kv("pools", "coll=" + std::to_string(coll_pool_size) + ",p2p=" + std::to_string(p2p_pool_size));
   std::string dl;
   for (const auto& x : drop_labels) dl += (dl.empty() ? "" : ",") + x;
-  kv("cardinality", "drop_labels=" + (dl.empty() ? std::string("-") : dl) + " size_bucket_bits=" + std::to_string(size_bucket_bits) +
-                        " histogram=" + histogram + " compat_gauges=" + (compat_gauges ? "1" : "0") +
-                        " max_series=" + std::to_string(max_series));
-  kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" + std::to_string(detect_recent) +
-                            " baseline=" + std::to_string(detect_baseline) + " min_ops=" + std::to_string(detect_min_ops)
+  kv("cardinality", "drop_labels=" + (dl.empty() ? std::string("-") : dl) +
+                        " size_bucket_bits=" + std::to_string(size_bucket_bits) + " histogram=" + histogram +
+                        " compat_gauges=" + (compat_gauges ? "1" : "0") + " max_series=" + std::to_string(max_series));
+  kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" +
+                            std::to_string(detect_recent) + " baseline=" + std::to_string(detect_baseline) +
+                            " min_ops=" + std::to_string(detect_min_ops)
                       : std::string("off"));
   kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
   return s;

@@ -20,22 +20,44 @@ namespace ncclinsp {
 /// What a network step waited for. send: the GPU to produce the chunk (state 8), the receiver's
 /// buffer credit (20), the network to complete the send (9); recv: the network to deliver (10),
 /// the GDR flush (11), the GPU to consume (12).
-enum class proxy_wait : std::uint8_t { send_gpu = 0, send_peer_credit, send_network, recv_network, recv_flush, recv_gpu, count_ };
+enum class proxy_wait : std::uint8_t {
+  send_gpu = 0,
+  send_peer_credit,
+  send_network,
+  recv_network,
+  recv_flush,
+  recv_gpu,
+  count_
+};
 inline constexpr std::size_t proxy_wait_count = static_cast<std::size_t>(proxy_wait::count_);
 /// `state` label values (the `direction` label says send or recv).
-inline constexpr std::array<const char*, proxy_wait_count> proxy_wait_names = {"gpu", "peer_credit", "network", "network", "flush", "gpu"};
+inline constexpr std::array<const char*, proxy_wait_count> proxy_wait_names = {"gpu",     "peer_credit", "network",
+                                                                               "network", "flush",       "gpu"};
 constexpr bool is_send(proxy_wait w) noexcept { return w <= proxy_wait::send_network; }
 
 /// NCCL's ProxyStep state (ncclProfilerProxyStep*) -> proxy_wait; false for any other state.
 constexpr bool proxy_wait_of(int nccl_state, proxy_wait& out) noexcept {
   switch (nccl_state) {
-    case 8: out = proxy_wait::send_gpu; return true;
-    case 20: out = proxy_wait::send_peer_credit; return true;
-    case 9: out = proxy_wait::send_network; return true;
-    case 10: out = proxy_wait::recv_network; return true;
-    case 11: out = proxy_wait::recv_flush; return true;
-    case 12: out = proxy_wait::recv_gpu; return true;
-    default: return false;
+    case 8:
+      out = proxy_wait::send_gpu;
+      return true;
+    case 20:
+      out = proxy_wait::send_peer_credit;
+      return true;
+    case 9:
+      out = proxy_wait::send_network;
+      return true;
+    case 10:
+      out = proxy_wait::recv_network;
+      return true;
+    case 11:
+      out = proxy_wait::recv_flush;
+      return true;
+    case 12:
+      out = proxy_wait::recv_gpu;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -47,14 +69,16 @@ class proxy_table {
   struct peer_totals {
     int peer = 0;
     bool send = false;
-    std::array<std::uint64_t, 3> wait_ns{};  ///< in direction order: send gpu/peer_credit/network, recv network/flush/gpu
+    std::array<std::uint64_t, 3>
+        wait_ns{};  ///< in direction order: send gpu/peer_credit/network, recv network/flush/gpu
     std::uint64_t bytes = 0, steps = 0;
   };
 
   /// The entry of (peer, direction), claimed on first use; `none` when the table is full.
   std::uint32_t entry(int peer, bool send) noexcept {
     const std::int64_t k = (static_cast<std::int64_t>(peer) << 1 | (send ? 1 : 0)) + 1;
-    std::uint32_t i = static_cast<std::uint32_t>(static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull >> 57) % capacity;
+    std::uint32_t i =
+        static_cast<std::uint32_t>(static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull >> 57) % capacity;
     for (std::uint32_t probe = 0; probe < capacity; ++probe, i = (i + 1) % capacity) {
       std::int64_t cur = e_[i].key.load(std::memory_order_acquire);
       if (cur == k) return i;

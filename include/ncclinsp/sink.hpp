@@ -53,11 +53,13 @@ concept sink = detail::has_sink_write<S> && requires(S& s, const snapshot& snap)
 class any_sink {
  public:
   template <class S>
-    requires(!std::same_as<std::remove_cvref_t<S>, any_sink> && detail::has_sink_write<std::remove_cvref_t<S>>)
-  any_sink(S&& s) : impl_(std::make_unique<model<std::remove_cvref_t<S>>>(std::forward<S>(s))) {
-    static_assert(sink<std::remove_cvref_t<S>>,
-                  "ncclinsp: a sink's `export_result write(const snapshot&)` must be declared noexcept: it runs on the exporter "
-                  "thread, which must never unwind; catch inside write() and return export_result::failure");
+  requires(!std::same_as<std::remove_cvref_t<S>, any_sink> && detail::has_sink_write<std::remove_cvref_t<S>>)
+      any_sink(S&& s)
+      : impl_(std::make_unique<model<std::remove_cvref_t<S>>>(std::forward<S>(s))) {
+    static_assert(
+        sink<std::remove_cvref_t<S>>,
+        "ncclinsp: a sink's `export_result write(const snapshot&)` must be declared noexcept: it runs on the exporter "
+        "thread, which must never unwind; catch inside write() and return export_result::failure");
   }
 
   /// The sink moved in, if it is an S (exactly; no conversions), else nullptr. The pointer lives as
@@ -101,11 +103,12 @@ class any_sink {
         return export_result::success;
     }
     bool takes_records() const noexcept override { return has_records; }
-    static constexpr bool has_records = requires(S& s, const snapshot& snap) {
+    static constexpr bool has_records = requires(S & s, const snapshot& snap) {
       { s.write_records(snap) } -> std::same_as<export_result>;
     };
-    static_assert(!has_records || requires(S& s, const snapshot& snap) { requires noexcept(s.write_records(snap)); },
-                  "ncclinsp: a sink's `export_result write_records(const snapshot&)` must be declared noexcept, like write()");
+    static_assert(
+        !has_records || requires(S & s, const snapshot& snap) { requires noexcept(s.write_records(snap)); },
+        "ncclinsp: a sink's `export_result write_records(const snapshot&)` must be declared noexcept, like write()");
     const void* type_key() const noexcept override { return &detail::sink_type_key<S>; }
     void shutdown() noexcept override {
       if constexpr (requires { s_.shutdown(); }) s_.shutdown();

@@ -20,29 +20,37 @@ namespace ncclinsp {
 /// Why an event was lost (counted, never silent).
 /// Why an op was lost (counted): a full pool, table or ring, or per-op records still queued when
 /// the final export ran out of its time before process exit (exit_deadline).
-enum class drop_reason : std::uint8_t { op_pool_full = 0, table_full, record_ring_full, comm_table_full, exit_deadline, count_ };
-inline constexpr std::array<const char*, 5> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full", "comm_table_full", "exit_deadline"};
+enum class drop_reason : std::uint8_t {
+  op_pool_full = 0,
+  table_full,
+  record_ring_full,
+  comm_table_full,
+  exit_deadline,
+  count_
+};
+inline constexpr std::array<const char*, 5> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full",
+                                                                 "comm_table_full", "exit_deadline"};
 /// Why an op was skipped on purpose (configuration, not loss).
 enum class filter_reason : std::uint8_t { min_size = 0, no_gpu_timing, count_ };
 inline constexpr std::array<const char*, 2> filter_reason_names = {"min_size", "no_gpu_timing"};
 
 /// Static description of one communicator on one rank (resolved once, cold path).
 struct comm_desc {
-  std::string name{};        ///< may be empty: rendered "unknown"
-  std::uint64_t hash = 0;    ///< NCCL commHash/commId, equal on all ranks
+  std::string name{};      ///< may be empty: rendered "unknown"
+  std::uint64_t hash = 0;  ///< NCCL commHash/commId, equal on all ranks
   int rank = 0;
   int nranks = 1;
   int nnodes = 1;
-  int device = -1;           ///< CUDA ordinal, -1 when unknown
-  std::string uuid{};        ///< "GPU-xxxxxxxx-..." or a fallback id; names the .prom file
+  int device = -1;     ///< CUDA ordinal, -1 when unknown
+  std::string uuid{};  ///< "GPU-xxxxxxxx-..." or a fallback id; names the .prom file
 };
 
 /// Process-wide labels and identity (the same in every file the process writes).
 struct process_identity {
-  std::string node{};        ///< node label (host name or NCCLINSP_NODE_NAME)
-  std::string hostname{};    ///< real host name (JSON metadata)
+  std::string node{};      ///< node label (host name or NCCLINSP_NODE_NAME)
+  std::string hostname{};  ///< real host name (JSON metadata)
   std::string slurm_job_id = "unknown";
-  std::string abi = "embedded";  ///< profiler ABI NCCL loaded ("v7"), or "embedded"
+  std::string abi = "embedded";                               ///< profiler ABI NCCL loaded ("v7"), or "embedded"
   std::vector<std::pair<std::string, std::string>> labels{};  ///< user labels, validated names
   long pid = 0;
 };
@@ -52,14 +60,16 @@ struct cell_stats {
   std::uint64_t invalid = 0;  ///< zero duration/size, overflow, unknown function or datatype
   std::uint64_t bytes = 0;
   std::uint64_t busy_ns = 0;
-  std::uint64_t bw_count = 0;   ///< ops with busbw > 0 (geometric-mean denominator)
+  std::uint64_t bw_count = 0;  ///< ops with busbw > 0 (geometric-mean denominator)
   double bus_bytes = 0;
-  double log_busbw_sum = 0;     ///< sum of ln(busbw GB/s); read it through geomean_busbw_gbs()
+  double log_busbw_sum = 0;                            ///< sum of ln(busbw GB/s); read it through geomean_busbw_gbs()
   std::array<std::uint64_t, duration_buckets> hist{};  ///< non-cumulative counts
   std::uint64_t valid_ops() const noexcept { return ops - invalid; }
   /// Geometric mean of the ops' bus bandwidths in GB/s (GB = 1e9 bytes, nccl-tests factors): what
   /// Inspector's nccl_bus_bandwidth_gbs reports for a window. 0 without a measured op.
-  double geomean_busbw_gbs() const noexcept { return bw_count ? std::exp(log_busbw_sum / static_cast<double>(bw_count)) : 0.0; }
+  double geomean_busbw_gbs() const noexcept {
+    return bw_count ? std::exp(log_busbw_sum / static_cast<double>(bw_count)) : 0.0;
+  }
   /// Bus bytes over busy time in GB/s (GB = 1e9 bytes): what
   /// rate(ncclinsp_bus_bytes_total) / rate(ncclinsp_busy_seconds_total) / 1e9 gives. 0 without busy time.
   double busbw_gbs() const noexcept { return busy_ns ? bus_bytes / static_cast<double>(busy_ns) : 0.0; }
@@ -81,7 +91,7 @@ constexpr void for_each_stat(A& a, B& b, F&& f) {
 }
 
 struct cell_snapshot {
-  std::uint32_t comm = 0;   ///< index into snapshot::comms
+  std::uint32_t comm = 0;  ///< index into snapshot::comms
   func fn = func::unknown;
   algo alg = algo::unknown;
   proto pro = proto::unknown;
@@ -101,7 +111,7 @@ struct comm_snapshot {
   std::uint64_t abandoned = 0;
   std::uint64_t inflight = 0;
   double oldest_inflight_age_s = 0;
-  double since_last_completion_s = -1;  ///< -1: nothing completed yet
+  double since_last_completion_s = -1;                     ///< -1: nothing completed yet
   std::array<std::uint64_t, func_count> last_seq_plus1{};  ///< 0 = none completed
   std::array<std::uint64_t, static_cast<std::size_t>(drop_reason::count_)> dropped{};
   std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered{};
@@ -118,14 +128,14 @@ struct departed_counts {
 /// In-process bus-bandwidth change detection (detector.hpp): one entry per communicator x
 /// collective x native (pow2) size bucket whose baseline is established.
 struct busbw_health {
-  std::uint32_t comm = 0;         ///< index into snapshot::comms
+  std::uint32_t comm = 0;  ///< index into snapshot::comms
   func fn = func::unknown;
   std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
   double baseline_gbs = 0;        ///< reference bus bandwidth (frozen while degraded)
   double recent_gbs = 0;          ///< median of the recent windows
   double ratio = 1;               ///< recent / baseline
   bool degraded = false;
-  std::uint64_t degradations = 0; ///< times it entered the degraded state (a counter)
+  std::uint64_t degradations = 0;  ///< times it entered the degraded state (a counter)
 };
 
 /// A change of degraded state, for callbacks (self-contained: the communicator is copied).
@@ -140,8 +150,8 @@ struct busbw_event {
 
 /// Network proxy accounting of one (communicator, peer, direction) (proxy_stats.hpp): cumulative.
 struct proxy_peer_snapshot {
-  std::uint32_t comm = 0;                  ///< index into snapshot::comms
-  int peer = 0;                            ///< peer rank in the communicator
+  std::uint32_t comm = 0;  ///< index into snapshot::comms
+  int peer = 0;            ///< peer rank in the communicator
   bool send = false;
   std::array<std::uint64_t, 3> wait_ns{};  ///< send: gpu, peer_credit, network; recv: network, flush, gpu
   std::uint64_t bytes = 0, steps = 0;
@@ -150,12 +160,12 @@ struct proxy_peer_snapshot {
 struct record_entry {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   op_record op;
-  std::int32_t trace = -1; ///< index into snapshot::traces, -1 = none
+  std::int32_t trace = -1;  ///< index into snapshot::traces, -1 = none
 };
 
 struct snapshot {
   std::uint64_t time_unix_ns = 0;
-  bool final = false;                 ///< taken at shutdown
+  bool final = false;  ///< taken at shutdown
   /// Only `records` (+ `traces`), with `comms` to refer to: drained between exports when a record
   /// ring reached its high-water mark (collector::take_records); given to sinks' write_records().
   bool records_only = false;
@@ -166,10 +176,10 @@ struct snapshot {
   std::vector<op_trace> traces;       ///< callback detail of some records (collector_options::record_traces)
   std::vector<std::uint64_t> user_tags;
   std::uint64_t comm_table_full = 0;
-  std::vector<departed_counts> departed;  ///< per GPU; add to the sums over `comms`
+  std::vector<departed_counts> departed;   ///< per GPU; add to the sums over `comms`
   std::vector<proxy_peer_snapshot> proxy;  ///< sampled network steps (collector_options::proxy_accounting)
-  std::vector<busbw_health> busbw;        ///< filled by a change_detector (empty without one)
-  std::vector<busbw_event> busbw_events;  ///< state changes found in this snapshot
+  std::vector<busbw_health> busbw;         ///< filled by a change_detector (empty without one)
+  std::vector<busbw_event> busbw_events;   ///< state changes found in this snapshot
 };
 
 }  // namespace ncclinsp

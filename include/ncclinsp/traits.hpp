@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-
 namespace ncclinsp {
 
 struct default_traits {

@@ -9,10 +9,11 @@
 
 int main() {
   using namespace std::chrono_literals;
-  ncclinsp::inspector insp({.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = "/nonexistent/ncclinsp"}),
-                                                          ncclinsp::json_sink({.dir = "/nonexistent/ncclinsp"}),
-                                                          ncclinsp::callback_sink([](const ncclinsp::snapshot&) {})),
-                            .interval = 0ms});
+  ncclinsp::inspector insp(
+      {.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = "/nonexistent/ncclinsp"}),
+                                     ncclinsp::json_sink({.dir = "/nonexistent/ncclinsp"}),
+                                     ncclinsp::callback_sink([](const ncclinsp::snapshot&) {})),
+       .interval = 0ms});
   const std::uint8_t id[128] = {1, 2, 3};
   const auto comm = insp.add_comm({.name = "tp", .hash = ncclinsp::comm_hash_of_unique_id(id, sizeof id), .nranks = 2});
   auto t = insp.begin(comm, ncclinsp::func::all_reduce, 1 << 20);

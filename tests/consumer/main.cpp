@@ -6,7 +6,8 @@
 
 int main() {
   ncclinsp::collector<> col;
-  const auto h = col.add_comm({.name = "consumer", .hash = 1, .rank = 0, .nranks = 2, .nnodes = 1, .device = 0, .uuid = "GPU-0"});
+  const auto h =
+      col.add_comm({.name = "consumer", .hash = 1, .rank = 0, .nranks = 2, .nnodes = 1, .device = 0, .uuid = "GPU-0"});
   ncclinsp::op_record op{};
   op.fn = ncclinsp::func::all_reduce;
   ncclinsp::set_size(op, 1 << 20, ncclinsp::dtype::float32);
@@ -15,7 +16,8 @@ int main() {
   const auto snap = col.take_snapshot();
   std::string text;
   ncclinsp::format::write_prometheus(text, snap, "GPU-0");
-  const bool ok = text.find("ncclinsp_ops_total{") != std::string::npos && text.find("nccl_bus_bandwidth_gbs{") != std::string::npos;
+  const bool ok = text.find("ncclinsp_ops_total{") != std::string::npos &&
+                  text.find("nccl_bus_bandwidth_gbs{") != std::string::npos;
   std::puts(ok ? "consumer ok" : "consumer FAILED");
   return ok ? 0 : 1;
 }

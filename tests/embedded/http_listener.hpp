@@ -29,7 +29,8 @@ struct request {
 
 class listener {
  public:
-  explicit listener(std::vector<int> script = {}, int delay_ms = 0) : script_(script.begin(), script.end()), delay_ms_(delay_ms) {
+  explicit listener(std::vector<int> script = {}, int delay_ms = 0)
+      : script_(script.begin(), script.end()), delay_ms_(delay_ms) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -48,7 +49,9 @@ class listener {
     ::close(fd_);
   }
   int port() const { return port_; }
-  std::string url(const std::string& path = "/v1/metrics") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "/v1/metrics") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
   std::vector<request> requests() {
     std::lock_guard lk(mu_);
     return reqs_;
@@ -112,7 +115,8 @@ class listener {
     q.answered = status;
     const std::string body = status == 200 ? "{}" : "{\"error\":\"scripted\"}";
     const std::string resp = "HTTP/1.1 " + std::to_string(status) + (status == 200 ? " OK" : " Error") +
-                             "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+                             "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                             "\r\nConnection: close\r\n\r\n" + body;
     {
       std::lock_guard lk(mu_);  // stored before answering: the client sees it once it has the answer
       reqs_.push_back(std::move(q));

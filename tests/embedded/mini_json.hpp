@@ -19,7 +19,8 @@ struct value {
   bool b = false;
   std::string text;  // number text or string value
   std::vector<value> items;
-  std::vector<member> members;  // not std::pair<std::string, value>: clang rejects that recursion (libstdc++'s pair checks value while it is incomplete)
+  std::vector<member>
+      members;  // not std::pair<std::string, value>: clang rejects that recursion (libstdc++'s pair checks value while it is incomplete)
 
   bool has(std::string_view k) const;
   const value& operator[](std::string_view k) const;
@@ -54,14 +55,26 @@ inline value from_simdjson(simdjson::dom::element e) {
       break;
     case simdjson::dom::element_type::OBJECT:
       v.kind = value::object;
-      for (simdjson::dom::key_value_pair kv : simdjson::dom::object(e)) v.members.push_back({std::string(kv.key), from_simdjson(kv.value)});
+      for (simdjson::dom::key_value_pair kv : simdjson::dom::object(e))
+        v.members.push_back({std::string(kv.key), from_simdjson(kv.value)});
       break;
-    case simdjson::dom::element_type::INT64: v.kind = value::number, v.text = std::to_string(int64_t(e)); break;
-    case simdjson::dom::element_type::UINT64: v.kind = value::number, v.text = std::to_string(uint64_t(e)); break;
-    case simdjson::dom::element_type::DOUBLE: v.kind = value::number, v.text = fmt::format("{}", double(e)); break;
-    case simdjson::dom::element_type::STRING: v.kind = value::string, v.text = std::string(std::string_view(e)); break;
-    case simdjson::dom::element_type::BOOL: v.kind = value::boolean, v.b = bool(e); break;
-    case simdjson::dom::element_type::NULL_VALUE: break;
+    case simdjson::dom::element_type::INT64:
+      v.kind = value::number, v.text = std::to_string(int64_t(e));
+      break;
+    case simdjson::dom::element_type::UINT64:
+      v.kind = value::number, v.text = std::to_string(uint64_t(e));
+      break;
+    case simdjson::dom::element_type::DOUBLE:
+      v.kind = value::number, v.text = fmt::format("{}", double(e));
+      break;
+    case simdjson::dom::element_type::STRING:
+      v.kind = value::string, v.text = std::string(std::string_view(e));
+      break;
+    case simdjson::dom::element_type::BOOL:
+      v.kind = value::boolean, v.b = bool(e);
+      break;
+    case simdjson::dom::element_type::NULL_VALUE:
+      break;
   }
   return v;
 }
@@ -69,7 +82,8 @@ inline value from_simdjson(simdjson::dom::element e) {
 inline value parse(std::string_view s) {
   simdjson::dom::parser p;
   simdjson::dom::element root;
-  if (const auto err = p.parse(simdjson::padded_string(s)).get(root)) throw std::runtime_error(std::string("JSON: ") + simdjson::error_message(err));
+  if (const auto err = p.parse(simdjson::padded_string(s)).get(root))
+    throw std::runtime_error(std::string("JSON: ") + simdjson::error_message(err));
   return from_simdjson(root);
 }
 

@@ -67,7 +67,8 @@ void parse_prometheus(const std::string& text, series_values& out, std::map<std:
 }
 
 /// OTLP request: data points by metric name (histograms: their count), descriptions and units.
-void parse_otlp(const std::string& body, series_values& out, std::map<std::string, std::pair<std::string, std::string>>& meta) {
+void parse_otlp(const std::string& body, series_values& out,
+                std::map<std::string, std::pair<std::string, std::string>>& meta) {
   const mini_json::value req = mini_json::parse(body);
   const mini_json::value& metrics = req["resourceMetrics"][0]["scopeMetrics"][0]["metrics"];
   for (const auto& m : metrics.items) {
@@ -77,7 +78,9 @@ void parse_otlp(const std::string& body, series_values& out, std::map<std::strin
     for (const auto& p : m[kind]["dataPoints"].items) {
       label_list labels;
       for (const auto& a : p["attributes"].items) labels.emplace_back(a["key"].text, a["value"]["stringValue"].text);
-      const double v = p.has("asInt") ? std::stod(p["asInt"].text) : p.has("asDouble") ? std::stod(p["asDouble"].text) : std::stod(p["count"].text);
+      const double v = p.has("asInt")      ? std::stod(p["asInt"].text)
+                       : p.has("asDouble") ? std::stod(p["asDouble"].text)
+                                           : std::stod(p["count"].text);
       const bool inserted = out.emplace(std::make_pair(name, labels), v).second;
       INFO(name);
       CHECK(inserted);
@@ -95,13 +98,20 @@ std::string show(const label_list& l) {
 
 }  // namespace
 
-TEST_CASE("catalogue: Prometheus and OTLP render every family with the catalogue's series, values and help", "[catalogue][parity]") {
+TEST_CASE("catalogue: Prometheus and OTLP render every family with the catalogue's series, values and help",
+          "[catalogue][parity]") {
   snapshot snap = fixture::make_snapshot();
   // The diagnosis signals, as the proxy accounting and the change detector fill them.
   snap.proxy.push_back({.comm = 0, .peer = 2, .send = true, .wait_ns = {1000, 2000, 3000}, .bytes = 4096, .steps = 2});
   snap.proxy.push_back({.comm = 0, .peer = 0, .send = false, .wait_ns = {4000, 0, 6000}, .bytes = 8192, .steps = 3});
-  snap.busbw.push_back({.comm = 1, .fn = func::all_reduce, .size_bucket = 22, .baseline_gbs = 100, .recent_gbs = 50, .ratio = 0.5,
-                        .degraded = true, .degradations = 1});
+  snap.busbw.push_back({.comm = 1,
+                        .fn = func::all_reduce,
+                        .size_bucket = 22,
+                        .baseline_gbs = 100,
+                        .recent_gbs = 50,
+                        .ratio = 0.5,
+                        .degraded = true,
+                        .degradations = 1});
   series_values prom, otlp;
   std::map<std::string, std::string> prom_help;
   std::map<std::string, std::pair<std::string, std::string>> otlp_meta;
@@ -114,17 +124,18 @@ TEST_CASE("catalogue: Prometheus and OTLP render every family with the catalogue
 
   std::map<std::string, std::size_t> per_family;
   std::set<std::pair<std::string, label_list>> walked;
-  format::for_each_sample(snap, [&](const format::metric_family& f, const label_list& labels, double value, const format::series_row&) {
-    ++per_family[std::string(f.name)];
-    INFO(f.name << "{" << show(labels) << "} = " << value);
-    CHECK(walked.emplace(std::string(f.name), labels).second);  // one value per family and label set
-    const auto p = prom.find({std::string(f.name), labels});
-    REQUIRE(p != prom.end());
-    CHECK(same(p->second, value));
-    const auto o = otlp.find({std::string(f.otlp_name()), labels});
-    REQUIRE(o != otlp.end());
-    CHECK(same(o->second, value));
-  });
+  format::for_each_sample(
+      snap, [&](const format::metric_family& f, const label_list& labels, double value, const format::series_row&) {
+        ++per_family[std::string(f.name)];
+        INFO(f.name << "{" << show(labels) << "} = " << value);
+        CHECK(walked.emplace(std::string(f.name), labels).second);  // one value per family and label set
+        const auto p = prom.find({std::string(f.name), labels});
+        REQUIRE(p != prom.end());
+        CHECK(same(p->second, value));
+        const auto o = otlp.find({std::string(f.otlp_name()), labels});
+        REQUIRE(o != otlp.end());
+        CHECK(same(o->second, value));
+      });
   // Every family has series in this snapshot (so every family was compared), and both formats
   // carry exactly the walked series: nothing missing above, nothing extra here.
   // ncclinsp_series_overflow is the Prometheus files' own (their per-file cap): no series unless a
@@ -147,8 +158,9 @@ TEST_CASE("catalogue: Prometheus and OTLP render every family with the catalogue
   CHECK(otlp.size() == walked.size());
   CHECK(otlp_meta.size() == format::catalogue.size() - 1);
   // Families that OTLP lacked before the catalogue.
-  for (const char* n : {"ncclinsp_invalid_ops", "ncclinsp_last_completed_seq", "ncclinsp_info", "ncclinsp_export_timestamp_seconds",
-                        "nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds"})
+  for (const char* n :
+       {"ncclinsp_invalid_ops", "ncclinsp_last_completed_seq", "ncclinsp_info", "ncclinsp_export_timestamp_seconds",
+        "nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds"})
     CHECK(otlp_meta.count(n));
 }
 
@@ -168,11 +180,13 @@ TEST_CASE("catalogue: docs/metrics.md documents every family with its type, and 
   CHECK(documented == catalogued);
 }
 
-TEST_CASE("catalogue: one series per label set even when cells differ in timing source, user tag and Inspector bucket", "[catalogue]") {
+TEST_CASE("catalogue: one series per label set even when cells differ in timing source, user tag and Inspector bucket",
+          "[catalogue]") {
   // 512 KiB and 600 KiB are two Inspector buckets (512-513KB, 600-601KB) but one native one (512KiB-1MiB); GPU and CPU timing
   // are two cells: four cells, one native series, with the sums of all four.
   collector<> col({.identity = {.node = "n", .slurm_job_id = "1"}});
-  const auto h = col.add_comm({.name = "tp", .hash = 1, .rank = 0, .nranks = 2, .nnodes = 1, .device = 0, .uuid = "GPU-x"});
+  const auto h =
+      col.add_comm({.name = "tp", .hash = 1, .rank = 0, .nranks = 2, .nnodes = 1, .device = 0, .uuid = "GPU-x"});
   for (const std::uint64_t bytes : {512ull << 10, 600ull << 10})
     for (const auto ts : {timing_source::kernel_gpu, timing_source::kernel_cpu}) {
       op_record o = fixture::op(func::all_reduce, bytes, dtype::int8, 100'000, 1);
@@ -182,9 +196,8 @@ TEST_CASE("catalogue: one series per label set even when cells differ in timing 
   const snapshot snap = col.take_snapshot();
   REQUIRE(snap.cells.size() == 4);
   std::map<std::string, std::vector<double>> seen;
-  format::for_each_sample(snap, [&](const format::metric_family& f, const label_list&, double v, const format::series_row&) {
-    seen[std::string(f.name)].push_back(v);
-  });
+  format::for_each_sample(snap, [&](const format::metric_family& f, const label_list&, double v,
+                                    const format::series_row&) { seen[std::string(f.name)].push_back(v); });
   CHECK(seen["ncclinsp_ops_total"] == std::vector<double>{4});
   CHECK(seen["ncclinsp_busy_seconds_total"].size() == 1);
   CHECK(seen["ncclinsp_op_duration_seconds"] == std::vector<double>{4});
@@ -193,11 +206,16 @@ TEST_CASE("catalogue: one series per label set even when cells differ in timing 
   CHECK(seen["nccl_collective_exec_time_microseconds"][0] == Approx(100.0));
 }
 
-TEST_CASE("catalogue: OTLP honours the cardinality controls the Prometheus files honour", "[catalogue][parity][cardinality]") {
+TEST_CASE("catalogue: OTLP honours the cardinality controls the Prometheus files honour",
+          "[catalogue][parity][cardinality]") {
   const snapshot snap = fixture::make_snapshot();
   for (const auto mode : {format::histogram_mode::coarse, format::histogram_mode::off}) {
     INFO("histogram mode " << static_cast<int>(mode));
-    const format::cardinality card{.rank = false, .comm_hash = false, .uuid = false, .algo_proto = false, .size_bucket_bits = 4,
+    const format::cardinality card{.rank = false,
+                                   .comm_hash = false,
+                                   .uuid = false,
+                                   .algo_proto = false,
+                                   .size_bucket_bits = 4,
                                    .histogram = mode};
     series_values prom, otlp;
     std::map<std::string, std::string> prom_help;
@@ -258,7 +276,8 @@ TEST_CASE("catalogue: OTLP honours the cardinality controls the Prometheus files
       CHECK(key.first.rfind("nccl_", 0) != 0);  // compat gauges off
     }
     CHECK(!op_sizes.empty());
-    for (const auto& s : op_sizes) CHECK((s == "invalid" || s == "0B" || s.find("KiB-") != std::string::npos || s.find("B-") != std::string::npos));
+    for (const auto& s : op_sizes)
+      CHECK((s == "invalid" || s == "0B" || s.find("KiB-") != std::string::npos || s.find("B-") != std::string::npos));
 
     // The histogram: off in both, or the same 7 buckets (bounds and cumulative counts).
     const mini_json::value req = mini_json::parse(body);

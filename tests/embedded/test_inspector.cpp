@@ -92,11 +92,13 @@ struct fake_api {
     if (gpu->fail_query) return cuda::event_status::error;
     const auto& ev = gpu->events[static_cast<std::size_t>(e)];
     const auto it = gpu->done_until.find(ev.stream);
-    return it != gpu->done_until.end() && it->second >= ev.t_ms ? cuda::event_status::ready : cuda::event_status::not_ready;
+    return it != gpu->done_until.end() && it->second >= ev.t_ms ? cuda::event_status::ready
+                                                                : cuda::event_status::not_ready;
   }
   bool elapsed_ms(float& ms, int a, int b) noexcept {
     std::lock_guard lk(gpu->mu);
-    ms = static_cast<float>(gpu->events[static_cast<std::size_t>(b)].t_ms - gpu->events[static_cast<std::size_t>(a)].t_ms);
+    ms = static_cast<float>(gpu->events[static_cast<std::size_t>(b)].t_ms -
+                            gpu->events[static_cast<std::size_t>(a)].t_ms);
     return true;
   }
   cuda::capture_status capturing(int s) noexcept {
@@ -116,8 +118,11 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
   id.slurm_job_id = "5";
   id.labels = {{"team", "x"}};
   {
-    inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir})), .interval = std::chrono::milliseconds(0), .identity = id});
-    const comm_handle h = insp.add_comm({.name = "tp", .hash = 0x1234, .rank = 2, .nranks = 8, .nnodes = 1, .device = 1, .uuid = "GPU-abc"});
+    inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir})),
+                    .interval = std::chrono::milliseconds(0),
+                    .identity = id});
+    const comm_handle h = insp.add_comm(
+        {.name = "tp", .hash = 0x1234, .rank = 2, .nranks = 8, .nnodes = 1, .device = 1, .uuid = "GPU-abc"});
     REQUIRE(h != invalid_comm);
     op_record op = make_op(func::all_reduce, 1 << 20, dtype::bfloat16, 1'000, 101'000);  // 2 MiB in 100 us
     op.alg = algo::ring;
@@ -128,9 +133,10 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
   }  // destruction: the final export (its window holds both ops, for the Inspector gauges)
   const std::string text = slurp(dir + "/nccl_inspector_metrics_GPU-abc.prom");
   INFO(text.substr(0, 3000));
-  CHECK(sample(text, "ncclinsp_ops_total", {"node=\"nodeE\"", "gpu=\"GPU1\"", "uuid=\"GPU-abc\"", "comm_name=\"tp\"", "comm_hash=\"0000000000001234\"",
-                                           "rank=\"2\"", "nranks=\"8\"", "collective=\"AllReduce\"", "message_size=\"2MiB-4MiB\"",
-                                           "algo_proto=\"RING_LL128\"", "team=\"x\""}) == 1);
+  CHECK(sample(text, "ncclinsp_ops_total",
+               {"node=\"nodeE\"", "gpu=\"GPU1\"", "uuid=\"GPU-abc\"", "comm_name=\"tp\"",
+                "comm_hash=\"0000000000001234\"", "rank=\"2\"", "nranks=\"8\"", "collective=\"AllReduce\"",
+                "message_size=\"2MiB-4MiB\"", "algo_proto=\"RING_LL128\"", "team=\"x\""}) == 1);
   CHECK(sample(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) == Approx(100e-6));
   CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\"", "slurm_job_id=\"5\""}) ==
         Approx(busbw_gbs(func::all_reduce, 2u << 20, 8, 100'000)));
@@ -141,7 +147,10 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
 
 TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, cancel and filters", "[embedded]") {
   capture cap;
-  inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .min_size_bytes = 1024, .inflight_pool = 2,
+  inspector insp({.sinks = make_sinks(cap.sink()),
+                  .interval = std::chrono::milliseconds(0),
+                  .min_size_bytes = 1024,
+                  .inflight_pool = 2,
                   .retired_retention = std::chrono::milliseconds(0)});
   const comm_handle h = insp.add_comm({.name = "dp", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
   auto a = insp.begin(h, func::all_reduce, 1 << 20);
@@ -155,7 +164,8 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_dropped_events_total", {"reason=\"op_pool_full\""}) == 1);
 
   insp.end(a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
-  insp.end(a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));  // twice: ignored, the slot is not freed twice
+  insp.end(
+      a, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));  // twice: ignored, the slot is not freed twice
   insp.cancel(b);
   insp.end(c, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 10'000));
   auto small = insp.begin(h, func::all_reduce, 16);  // below min size: not counted
@@ -194,14 +204,16 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   CHECK(sample(*cap.text, "ncclinsp_inflight_ops", {"comm_name=\"dp2\""}) == 0);
 }
 
-TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-flight tables (no leak under LSan)", "[embedded]") {
+TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-flight tables (no leak under LSan)",
+          "[embedded]") {
   capture cap;
   inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0), .inflight_pool = 4});
   // Default retention (120 s): once the 4096 slots are taken, the longest-removed one is taken over.
   constexpr int lifetimes = static_cast<int>(default_traits::max_comms) + 500;
   std::set<comm_handle> handles;
   for (int i = 0; i < lifetimes; ++i) {
-    const comm_handle h = insp.add_comm({.name = "life" + std::to_string(i), .hash = static_cast<std::uint64_t>(i), .nranks = 2, .uuid = "GPU-0"});
+    const comm_handle h = insp.add_comm(
+        {.name = "life" + std::to_string(i), .hash = static_cast<std::uint64_t>(i), .nranks = 2, .uuid = "GPU-0"});
     REQUIRE(h != invalid_comm);
     handles.insert(h);
     auto t = insp.begin(h, func::all_reduce, 1 << 20);
@@ -211,8 +223,10 @@ TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-
   CHECK(handles.size() == default_traits::max_comms);
   REQUIRE(insp.flush());
   CHECK(sample(*cap.text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 0);
-  CHECK(std::isnan(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"life0\""})));  // slot taken over: gone
-  CHECK(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"life" + std::to_string(lifetimes - 2) + "\""}) == 1);
+  CHECK(
+      std::isnan(sample(*cap.text, "ncclinsp_abandoned_ops_total", {"comm_name=\"life0\""})));  // slot taken over: gone
+  CHECK(sample(*cap.text, "ncclinsp_abandoned_ops_total",
+               {"comm_name=\"life" + std::to_string(lifetimes - 2) + "\""}) == 1);
   CHECK(sample(*cap.text, "ncclinsp_ops_total", {"comm_name=\"life" + std::to_string(lifetimes - 1) + "\""}) == 1);
 }
 
@@ -240,10 +254,14 @@ TEST_CASE("inspector: concurrent recording threads, disabled inspector, from_env
   off.record(0, make_op(func::all_reduce, 1, dtype::float32, 0, 1));  // ignored, no crash
   CHECK(!off.flush());
 
-  std::map<std::string, std::string> env = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCL_INSPECTOR_PROM_DUMP", "1"},
-                                            {"NCCL_INSPECTOR_DUMP_DIR", "/tmp/x"}, {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"},
-                                            {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "0"}, {"NCCLINSP_LABELS", "cluster=c1"},
-                                            {"NCCLINSP_NODE_NAME", "nn"}, {"SLURM_JOB_ID", "3"}};
+  std::map<std::string, std::string> env = {{"NCCL_INSPECTOR_ENABLE", "1"},
+                                            {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+                                            {"NCCL_INSPECTOR_DUMP_DIR", "/tmp/x"},
+                                            {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"},
+                                            {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "0"},
+                                            {"NCCLINSP_LABELS", "cluster=c1"},
+                                            {"NCCLINSP_NODE_NAME", "nn"},
+                                            {"SLURM_JOB_ID", "3"}};
   auto o = inspector_options::from_env({}, [&](const char* k) -> const char* {
     auto it = env.find(k);
     return it == env.end() ? nullptr : it->second.c_str();
@@ -302,7 +320,8 @@ TEST_CASE("inspector: shutdown(timeout) is bounded when a sink blocks, the final
   auto g = std::make_shared<gate_state>();
   const auto t0 = std::chrono::steady_clock::now();
   {
-    inspector insp({.sinks = make_sinks(blocking_sink{g}), .interval = std::chrono::milliseconds(0),
+    inspector insp({.sinks = make_sinks(blocking_sink{g}),
+                    .interval = std::chrono::milliseconds(0),
                     .shutdown_timeout = std::chrono::milliseconds(50)});
     const comm_handle h = insp.add_comm({.name = "x", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
     for (int i = 0; i < 3; ++i) insp.record(h, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 1000));
@@ -310,7 +329,7 @@ TEST_CASE("inspector: shutdown(timeout) is bounded when a sink blocks, the final
     CHECK(!insp.shutdown(std::chrono::milliseconds(100)));  // once: the first result
     CHECK(!insp.flush(std::chrono::milliseconds(10)));
     insp.record(h, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 1000));  // after shutdown: harmless
-  }  // the destructor does not wait again
+  }                                                                               // the destructor does not wait again
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   CHECK(g->writes == 0);
   {
@@ -328,7 +347,8 @@ TEST_CASE("inspector: shutdown(timeout) is bounded when a sink blocks, the final
   auto g2 = std::make_shared<gate_state>();
   const auto t1 = std::chrono::steady_clock::now();
   {
-    inspector insp({.sinks = make_sinks(blocking_sink{g2}), .interval = std::chrono::milliseconds(0),
+    inspector insp({.sinks = make_sinks(blocking_sink{g2}),
+                    .interval = std::chrono::milliseconds(0),
                     .shutdown_timeout = std::chrono::milliseconds(100)});
   }
   const auto waited = std::chrono::steady_clock::now() - t1;
@@ -394,7 +414,8 @@ TEST_CASE("comm_hash_of_unique_id: NCCL's commHash of an ncclUniqueId (DJB2a ove
   CHECK(comm_hash_of_unique_id(a2) != comm_hash_of_unique_id(a));
 }
 
-TEST_CASE("event timer: resolves on the exporter thread from event times, in order, never blocking", "[embedded][cuda]") {
+TEST_CASE("event timer: resolves on the exporter thread from event times, in order, never blocking",
+          "[embedded][cuda]") {
   fake_gpu gpu;
   capture cap;
   inspector insp({.sinks = make_sinks(cap.sink()), .interval = std::chrono::milliseconds(0)});
@@ -417,12 +438,15 @@ TEST_CASE("event timer: resolves on the exporter thread from event times, in ord
     gpu.done_until[stream] = 0.3;  // first op done
     REQUIRE(insp.flush());
     CHECK(sample(*cap.text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 1);
-    CHECK(sample(*cap.text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) == Approx(250e-6).epsilon(1e-3));
+    CHECK(sample(*cap.text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+          Approx(250e-6).epsilon(1e-3));
     gpu.done_until[stream] = 100;
     REQUIRE(insp.flush());
     CHECK(sample(*cap.text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 3);
-    CHECK(sample(*cap.text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) == Approx(1500e-6).epsilon(1e-3));
-    CHECK(sample(*cap.text, "ncclinsp_last_completed_seq", {"collective=\"AllReduce\""}) == 2);  // resolved in enqueue order
+    CHECK(sample(*cap.text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+          Approx(1500e-6).epsilon(1e-3));
+    CHECK(sample(*cap.text, "ncclinsp_last_completed_seq", {"collective=\"AllReduce\""}) ==
+          2);  // resolved in enqueue order
     CHECK(sample(*cap.text, "ncclinsp_inflight_ops", {"comm_name=\"tp\""}) == 0);
     CHECK(timer.stats().timed == 3);
     CHECK(timer.stats().pending == 0);

@@ -25,9 +25,11 @@ namespace {
 snapshot sample_snapshot(std::uint64_t& start_ns) {
   start_ns = detail::unix_ns();
   collector<> col({.identity = {.node = "n1", .slurm_job_id = "42", .abi = "embedded", .labels = {{"cluster", "a"}}}});
-  const auto h = col.add_comm({.name = "tp \"x\"", .hash = 0xabc, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = "GPU-3"});
+  const auto h = col.add_comm(
+      {.name = "tp \"x\"", .hash = 0xabc, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = "GPU-3"});
   for (int i = 0; i < 3; ++i) {
-    op_record op = make_op(func::all_reduce, 1 << 20, dtype::float32, 1000, 1000 + 250'000ull * static_cast<unsigned>(i + 1));
+    op_record op =
+        make_op(func::all_reduce, 1 << 20, dtype::float32, 1000, 1000 + 250'000ull * static_cast<unsigned>(i + 1));
     op.alg = algo::ring;
     op.pro = proto::simple;
     op.seq = static_cast<std::uint64_t>(i);
@@ -44,7 +46,9 @@ const char* fake_getenv(const char* k) {
   return it == getenv_map.end() ? nullptr : it->second.c_str();
 }
 
-bool is_decimal_string(const value& v) { return v.kind == value::string && !v.text.empty() && std::regex_match(v.text, std::regex("[0-9]+")); }
+bool is_decimal_string(const value& v) {
+  return v.kind == value::string && !v.text.empty() && std::regex_match(v.text, std::regex("[0-9]+"));
+}
 
 void check_camel_keys(const value& v) {
   static const std::regex camel("[a-z][a-zA-Z]*");
@@ -140,12 +144,14 @@ std::vector<std::string> prom_label_names(const std::string& text, const std::st
 TEST_CASE("OTLP JSON: protobuf-JSON rules, cumulative sums, histograms, Prometheus label names", "[otlp]") {
   std::uint64_t start = 0;
   const snapshot snap = sample_snapshot(start);
-  const std::string body = format::write_otlp_json(snap, {.resource = {{"service.name", "svc"}}, .start_time_unix_ns = start});
+  const std::string body =
+      format::write_otlp_json(snap, {.resource = {{"service.name", "svc"}}, .start_time_unix_ns = start});
   INFO(body.substr(0, 3000));
   const auto metrics = validate_request(body, start);
-  for (const char* n : {"ncclinsp_ops", "ncclinsp_bytes", "ncclinsp_bus_bytes", "ncclinsp_busy_seconds", "ncclinsp_op_duration_seconds",
-                        "ncclinsp_inflight_ops", "ncclinsp_dropped_events", "ncclinsp_filtered_ops", "nccl_bus_bandwidth_gbs",
-                        "nccl_collective_exec_time_microseconds", "nccl_p2p_bus_bandwidth_gbs"})
+  for (const char* n :
+       {"ncclinsp_ops", "ncclinsp_bytes", "ncclinsp_bus_bytes", "ncclinsp_busy_seconds", "ncclinsp_op_duration_seconds",
+        "ncclinsp_inflight_ops", "ncclinsp_dropped_events", "ncclinsp_filtered_ops", "nccl_bus_bandwidth_gbs",
+        "nccl_collective_exec_time_microseconds", "nccl_p2p_bus_bandwidth_gbs"})
     CHECK(metrics.count(n) == 1);
   CHECK(metrics.at("ncclinsp_ops").has("sum"));
   CHECK(metrics.at("ncclinsp_op_duration_seconds").has("histogram"));
@@ -158,7 +164,8 @@ TEST_CASE("OTLP JSON: protobuf-JSON rules, cumulative sums, histograms, Promethe
   std::uint64_t ar_ops = 0;
   for (const auto& p : ops.items)
     for (const auto& a : p["attributes"].items)
-      if (a["key"].text == "collective" && a["value"]["stringValue"].text == "AllReduce") ar_ops += std::stoull(p["asInt"].text);
+      if (a["key"].text == "collective" && a["value"]["stringValue"].text == "AllReduce")
+        ar_ops += std::stoull(p["asInt"].text);
   CHECK(ar_ops == 3);
   const value& hp = metrics.at("ncclinsp_op_duration_seconds")["histogram"]["dataPoints"][0];
   CHECK(std::stod(hp["explicitBounds"][0].text) == Approx(1e-5));
@@ -167,9 +174,12 @@ TEST_CASE("OTLP JSON: protobuf-JSON rules, cumulative sums, histograms, Promethe
   std::string prom;
   format::write_prometheus(prom, snap, "GPU-3");
   CHECK(attr_keys(ops[0]) == prom_label_names(prom, "ncclinsp_ops_total"));
-  CHECK(attr_keys(metrics.at("ncclinsp_inflight_ops")["gauge"]["dataPoints"][0]) == prom_label_names(prom, "ncclinsp_inflight_ops"));
-  CHECK(attr_keys(metrics.at("nccl_bus_bandwidth_gbs")["gauge"]["dataPoints"][0]) == prom_label_names(prom, "nccl_bus_bandwidth_gbs"));
-  CHECK(attr_keys(metrics.at("ncclinsp_dropped_events")["sum"]["dataPoints"][0]) == prom_label_names(prom, "ncclinsp_dropped_events_total"));
+  CHECK(attr_keys(metrics.at("ncclinsp_inflight_ops")["gauge"]["dataPoints"][0]) ==
+        prom_label_names(prom, "ncclinsp_inflight_ops"));
+  CHECK(attr_keys(metrics.at("nccl_bus_bandwidth_gbs")["gauge"]["dataPoints"][0]) ==
+        prom_label_names(prom, "nccl_bus_bandwidth_gbs"));
+  CHECK(attr_keys(metrics.at("ncclinsp_dropped_events")["sum"]["dataPoints"][0]) ==
+        prom_label_names(prom, "ncclinsp_dropped_events_total"));
 
   // Escaping: the quote in the communicator name survives as a JSON string.
   CHECK(body.find(R"("tp \"x\"")") != std::string::npos);
@@ -187,7 +197,8 @@ TEST_CASE("OTLP URL parsing: http only, IPv6, default port and path", "[otlp]") 
   CHECK((u.error.empty() && u.host == "::1" && u.port == "9000" && u.path == "/x"));
   u = detail::parse_http_url("HTTP://h");
   CHECK((u.error.empty() && u.port == "80" && u.path == "/"));
-  CHECK(detail::parse_http_url("https://h:4318/v1/metrics").error.find("https:// is not supported") != std::string::npos);
+  CHECK(detail::parse_http_url("https://h:4318/v1/metrics").error.find("https:// is not supported") !=
+        std::string::npos);
   CHECK(!detail::parse_http_url("grpc://h").error.empty());
   CHECK(!detail::parse_http_url("http://h:99999/").error.empty());
   CHECK(!detail::parse_http_url("localhost:4318").error.empty());
@@ -204,14 +215,16 @@ TEST_CASE("OTLP environment: endpoints, timeout, percent-decoded headers, resour
 
   getenv_map = {{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318/"}};
   CHECK(otlp_http_options::from_env(log, fake_getenv).endpoint == "http://otel:4318/v1/metrics");
-  getenv_map = {{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"}, {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:1/custom"}};
+  getenv_map = {{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"},
+                {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:1/custom"}};
   CHECK(otlp_http_options::from_env(log, fake_getenv).endpoint == "http://m:1/custom");  // signal-specific: verbatim
 
-  getenv_map = {{"OTEL_EXPORTER_OTLP_TIMEOUT", "750"},
-                {"OTEL_EXPORTER_OTLP_HEADERS", " api-key = secret%20value%2C1 ,x-tenant=t%3D1, Host=evil,bad\r\n=1, novalue"},
-                {"OTEL_SERVICE_NAME", "trainer"},
-                {"OTEL_RESOURCE_ATTRIBUTES", "service.name=ignored,deployment.environment=prod%20eu,k8s.pod.name=p-1"},
-                {"SLURM_JOB_ID", "1234"}};
+  getenv_map = {
+      {"OTEL_EXPORTER_OTLP_TIMEOUT", "750"},
+      {"OTEL_EXPORTER_OTLP_HEADERS", " api-key = secret%20value%2C1 ,x-tenant=t%3D1, Host=evil,bad\r\n=1, novalue"},
+      {"OTEL_SERVICE_NAME", "trainer"},
+      {"OTEL_RESOURCE_ATTRIBUTES", "service.name=ignored,deployment.environment=prod%20eu,k8s.pod.name=p-1"},
+      {"SLURM_JOB_ID", "1234"}};
   warnings.clear();
   o = otlp_http_options::from_env(log, fake_getenv);
   CHECK(o.timeout == std::chrono::milliseconds(750));
@@ -219,12 +232,15 @@ TEST_CASE("OTLP environment: endpoints, timeout, percent-decoded headers, resour
   CHECK(o.headers[0] == std::pair<std::string, std::string>{"api-key", "secret value,1"});
   CHECK(o.headers[1] == std::pair<std::string, std::string>{"x-tenant", "t=1"});
   CHECK(!warnings.empty());  // Host, the CR/LF one and the malformed item are reported
-  CHECK(o.resource == format::attribute_list{{"service.name", "trainer"}, {"deployment.environment", "prod eu"}, {"k8s.pod.name", "p-1"},
+  CHECK(o.resource == format::attribute_list{{"service.name", "trainer"},
+                                             {"deployment.environment", "prod eu"},
+                                             {"k8s.pod.name", "p-1"},
                                              {"slurm.job.id", "1234"}});
 
   getenv_map = {{"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "-5"}, {"OTEL_EXPORTER_OTLP_TIMEOUT", "100"}};
   warnings.clear();
-  CHECK(otlp_http_options::from_env(log, fake_getenv).timeout == std::chrono::milliseconds(2000));  // metrics-specific wins, invalid -> default
+  CHECK(otlp_http_options::from_env(log, fake_getenv).timeout ==
+        std::chrono::milliseconds(2000));  // metrics-specific wins, invalid -> default
   CHECK(warnings.size() == 1);
 }
 
@@ -232,7 +248,9 @@ TEST_CASE("OTLP sink: POST to the loopback listener, 500 then a successful retry
   test_http::listener srv({500});
   std::uint64_t start = 0;
   const snapshot snap = sample_snapshot(start);
-  otlp_http_sink sink({.endpoint = srv.url(), .timeout = std::chrono::milliseconds(3000), .headers = {{"x-api-key", "k1"}},
+  otlp_http_sink sink({.endpoint = srv.url(),
+                       .timeout = std::chrono::milliseconds(3000),
+                       .headers = {{"x-api-key", "k1"}},
                        .start_time_unix_ns = start});
   const auto stats = sink.stats();
   REQUIRE(sink.write(snap) == export_result::success);
@@ -287,12 +305,18 @@ TEST_CASE("OTLP sink: bounded retries, no retry on 4xx, refused connection, http
     otlp_http_sink sink({.endpoint = srv.url(), .timeout = std::chrono::milliseconds(500), .log = log});
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(sink.write(snap) == export_result::failure);
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));  // 500 ms budget, slack for a loaded machine
+    CHECK(std::chrono::steady_clock::now() - t0 <
+          std::chrono::milliseconds(1500));  // 500 ms budget, slack for a loaded machine
   }
   {
     int port = 0;
-    { test_http::listener gone; port = gone.port(); }  // closed again: connection refused
-    otlp_http_sink sink({.endpoint = "http://127.0.0.1:" + std::to_string(port) + "/v1/metrics", .timeout = std::chrono::milliseconds(500), .log = log});
+    {
+      test_http::listener gone;
+      port = gone.port();
+    }  // closed again: connection refused
+    otlp_http_sink sink({.endpoint = "http://127.0.0.1:" + std::to_string(port) + "/v1/metrics",
+                         .timeout = std::chrono::milliseconds(500),
+                         .log = log});
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(sink.write(snap) == export_result::failure);
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
@@ -316,7 +340,8 @@ TEST_CASE("OTLP through the inspector configured from the plugin's environment",
                 {"NCCLINSP_NODE_NAME", "nodeE"},
                 {"SLURM_JOB_ID", "9"}};
   std::vector<std::string> warnings;
-  auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv, make_otlp_http_sink);
+  auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv,
+                                       make_otlp_http_sink);
   REQUIRE(o.sinks.size() == 1);
   CHECK(o.sinks[0].name() == "otlp-http");
   CHECK(!warnings.empty());  // OTLP takes precedence over PROM_DUMP, said once
@@ -334,7 +359,8 @@ TEST_CASE("OTLP through the inspector configured from the plugin's environment",
   CHECK_NOTHROW(mini_json::parse(body));
 }
 
-TEST_CASE("OTLP is opt-in: without the sink's factory NCCL_INSPECTOR_OTEL_EXPORT=1 exports nothing and says why", "[otlp]") {
+TEST_CASE("OTLP is opt-in: without the sink's factory NCCL_INSPECTOR_OTEL_EXPORT=1 exports nothing and says why",
+          "[otlp]") {
   getenv_map = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCL_INSPECTOR_OTEL_EXPORT", "1"}};
   std::vector<std::string> warnings;
   auto o = inspector_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, fake_getenv);
@@ -343,7 +369,8 @@ TEST_CASE("OTLP is opt-in: without the sink's factory NCCL_INSPECTOR_OTEL_EXPORT
   CHECK(warnings[0].find("make_otlp_http_sink") != std::string::npos);
 }
 
-TEST_CASE("OTLP from the environment honours the cardinality variables of the .prom files", "[otlp][http][cardinality]") {
+TEST_CASE("OTLP from the environment honours the cardinality variables of the .prom files",
+          "[otlp][http][cardinality]") {
   test_http::listener srv;
   getenv_map = {{"NCCL_INSPECTOR_ENABLE", "1"},
                 {"NCCL_INSPECTOR_OTEL_EXPORT", "1"},

@@ -30,7 +30,6 @@ namespace {
 
 constexpr std::uint64_t comm_hash = 0xabcdef0123456789ull;
 
-
 /// The ops of the scenario: what NCCL would report, and their GPU spans.
 struct scenario_op {
   sim::op_desc desc;
@@ -44,21 +43,65 @@ std::vector<scenario_op> scenario() {
   using sim::nccl_dtype;
   using sim::nccl_func;
   std::vector<scenario_op> v;
-  v.push_back({{.func = nccl_func::all_reduce, .dtype = nccl_dtype::float32, .count = 1u << 20, .n_channels = 2}, 500'000, func::all_reduce,
-               dtype::float32, algo::ring, proto::simple});
-  v.push_back({{.func = nccl_func::all_reduce, .dtype = nccl_dtype::bfloat16, .count = 3u << 20, .algo = "TREE", .proto = "LL128", .n_channels = 2},
-               900'000, func::all_reduce, dtype::bfloat16, algo::tree, proto::ll128});
-  v.push_back({{.func = nccl_func::reduce_scatter, .dtype = nccl_dtype::float32, .count = 1u << 18, .n_channels = 1}, 120'000,
-               func::reduce_scatter, dtype::float32, algo::ring, proto::simple});
+  v.push_back({{.func = nccl_func::all_reduce, .dtype = nccl_dtype::float32, .count = 1u << 20, .n_channels = 2},
+               500'000,
+               func::all_reduce,
+               dtype::float32,
+               algo::ring,
+               proto::simple});
+  v.push_back({{.func = nccl_func::all_reduce,
+                .dtype = nccl_dtype::bfloat16,
+                .count = 3u << 20,
+                .algo = "TREE",
+                .proto = "LL128",
+                .n_channels = 2},
+               900'000,
+               func::all_reduce,
+               dtype::bfloat16,
+               algo::tree,
+               proto::ll128});
+  v.push_back({{.func = nccl_func::reduce_scatter, .dtype = nccl_dtype::float32, .count = 1u << 18, .n_channels = 1},
+               120'000,
+               func::reduce_scatter,
+               dtype::float32,
+               algo::ring,
+               proto::simple});
   // AllGather: NCCL reports the count in bytes with datatype ncclInt8 (the driver rewrites it).
-  v.push_back({{.func = nccl_func::all_gather, .dtype = nccl_dtype::int8, .count = 1u << 20, .algo = "NVLS", .proto = "LL128", .n_channels = 2},
-               200'000, func::all_gather, dtype::int8, algo::nvls, proto::ll128});
-  v.push_back({{.kind = sim::op_kind::p2p, .func = nccl_func::send, .dtype = nccl_dtype::int8, .count = 8u << 20, .peer = 2, .n_channels = 1,
+  v.push_back({{.func = nccl_func::all_gather,
+                .dtype = nccl_dtype::int8,
+                .count = 1u << 20,
+                .algo = "NVLS",
+                .proto = "LL128",
+                .n_channels = 2},
+               200'000,
+               func::all_gather,
+               dtype::int8,
+               algo::nvls,
+               proto::ll128});
+  v.push_back({{.kind = sim::op_kind::p2p,
+                .func = nccl_func::send,
+                .dtype = nccl_dtype::int8,
+                .count = 8u << 20,
+                .peer = 2,
+                .n_channels = 1,
                 .channel_lo = 5},
-               100'000, func::send, dtype::int8, algo::none, proto::none});
-  v.push_back({{.kind = sim::op_kind::p2p, .func = nccl_func::recv, .dtype = nccl_dtype::float16, .count = 1u << 20, .peer = 0, .n_channels = 1,
+               100'000,
+               func::send,
+               dtype::int8,
+               algo::none,
+               proto::none});
+  v.push_back({{.kind = sim::op_kind::p2p,
+                .func = nccl_func::recv,
+                .dtype = nccl_dtype::float16,
+                .count = 1u << 20,
+                .peer = 0,
+                .n_channels = 1,
                 .channel_lo = 6},
-               80'000, func::recv, dtype::float16, algo::none, proto::none});
+               80'000,
+               func::recv,
+               dtype::float16,
+               algo::none,
+               proto::none});
   return v;
 }
 
@@ -88,8 +131,11 @@ void run_embedded(const std::string& dir) {
   id.node = "nodeT";
   id.slurm_job_id = "77";
   // The plugin's defaults (NCCLINSP_MAX_SERIES=20000 writes ncclinsp_series_overflow); the embedded sink has no cap unless given one.
-  inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir, .card = cardinality_from_options(options{})})), .interval = std::chrono::milliseconds(0), .identity = id});
-  const comm_handle h = insp.add_comm({.name = "tp", .hash = comm_hash, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = uuid_of(3)});
+  inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir, .card = cardinality_from_options(options{})})),
+                  .interval = std::chrono::milliseconds(0),
+                  .identity = id});
+  const comm_handle h = insp.add_comm(
+      {.name = "tp", .hash = comm_hash, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = uuid_of(3)});
   std::uint64_t t = t0;
   std::uint64_t seq = 0;
   for (const auto& op : scenario()) {
@@ -122,7 +168,8 @@ std::vector<sample_line> parse(const std::string& text) {
     s.name = line.substr(0, brace == std::string::npos ? line.find(' ') : brace);
     if (brace != std::string::npos) {
       const std::string body = line.substr(brace + 1, close - brace - 1);
-      for (std::sregex_iterator it(body.begin(), body.end(), label), end; it != end; ++it) s.labels[(*it)[1]] = (*it)[2];
+      for (std::sregex_iterator it(body.begin(), body.end(), label), end; it != end; ++it)
+        s.labels[(*it)[1]] = (*it)[2];
     }
     s.value = line.substr(line.rfind(' ') + 1);
     out.push_back(std::move(s));
@@ -141,7 +188,8 @@ std::set<std::string> signatures(const std::string& text) {
     const auto brace = line.find('{');
     std::string sig = line.substr(0, brace) + "{";
     const std::string body = line.substr(brace, line.rfind('}') - brace);
-    for (std::sregex_iterator it(body.begin(), body.end(), names), end; it != end; ++it) sig += std::string((*it)[1]) + ",";
+    for (std::sregex_iterator it(body.begin(), body.end(), names), end; it != end; ++it)
+      sig += std::string((*it)[1]) + ",";
     out.insert(sig + "}");
   }
   return out;
@@ -149,8 +197,9 @@ std::set<std::string> signatures(const std::string& text) {
 
 /// Every sample as text with the by-design differences (version, abi) and time-dependent values removed.
 std::set<std::string> comparable(const std::string& text) {
-  static const std::set<std::string> time_dependent = {"ncclinsp_export_timestamp_seconds", "ncclinsp_seconds_since_last_completion",
-                                                       "ncclinsp_oldest_inflight_age_seconds", "ncclinsp_last_completed_seq"};
+  static const std::set<std::string> time_dependent = {
+      "ncclinsp_export_timestamp_seconds", "ncclinsp_seconds_since_last_completion",
+      "ncclinsp_oldest_inflight_age_seconds", "ncclinsp_last_completed_seq"};
   std::set<std::string> out;
   for (auto s : parse(text)) {
     s.labels.erase("version");
@@ -171,7 +220,8 @@ std::set<std::string> comparable(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("parity: plugin and embedded API produce the same metric names, label sets and values", "[embedded][parity]") {
+TEST_CASE("parity: plugin and embedded API produce the same metric names, label sets and values",
+          "[embedded][parity]") {
   const std::string plugin_dir = fresh_dir("parity"), embedded_dir = fresh_dir("parity");
   REQUIRE(in_child({{"NCCL_INSPECTOR_ENABLE", "1"},
                     {"NCCL_INSPECTOR_PROM_DUMP", "1"},
@@ -185,7 +235,8 @@ TEST_CASE("parity: plugin and embedded API produce the same metric names, label 
   const auto pf = files_in(plugin_dir, ".prom"), ef = files_in(embedded_dir, ".prom");
   REQUIRE(pf.size() == 1);
   REQUIRE(ef.size() == 1);
-  CHECK(pf[0].substr(plugin_dir.size()) == ef[0].substr(embedded_dir.size()));  // same name: nccl_inspector_metrics_<uuid>.prom
+  CHECK(pf[0].substr(plugin_dir.size()) ==
+        ef[0].substr(embedded_dir.size()));  // same name: nccl_inspector_metrics_<uuid>.prom
   const std::string plugin_text = slurp(pf[0]);
   const std::string embedded_text = slurp(ef[0]);
   INFO("plugin:\n" << plugin_text.substr(0, 4000) << "\nembedded:\n" << embedded_text.substr(0, 4000));

@@ -22,8 +22,9 @@ using namespace ncclinsp_test;
 namespace {
 
 std::map<std::string, std::string> proxy_env(const std::string& dir, const char* sample) {
-  return {{"NCCL_INSPECTOR_ENABLE", "1"},       {"NCCL_INSPECTOR_PROM_DUMP", "1"}, {"NCCL_INSPECTOR_DUMP_DIR", dir},
-          {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}, {"NCCLINSP_NODE_NAME", "nodeP"}, {"NCCLINSP_PROXY", "1"},
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+          {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+          {"NCCLINSP_NODE_NAME", "nodeP"},  {"NCCLINSP_PROXY", "1"},
           {"NCCLINSP_PROXY_SAMPLE", sample}};
 }
 
@@ -124,8 +125,8 @@ int drive(const Table* t, int abi_version) {
       rec(b, 12, 5000);
       sleep_ms(3);
       t->stopEvent(b);
-      t->stopEvent(b);                 // stopped twice: ignored
-      rec(b, 10, 1 << 30);             // a state after stop: ignored
+      t->stopEvent(b);                                                        // stopped twice: ignored
+      rec(b, 10, 1 << 30);                                                    // a state after stop: ignored
       t->recordEventState(send, static_cast<abi::event_state>(19), nullptr);  // ProxyOpInProgress
     }
     t->stopEvent(send);
@@ -143,10 +144,11 @@ int drive(const Table* t, int abi_version) {
     t->stopEvent(coll);
   }
   // Garbage handles with proxy states are ignored.
-  for (std::uintptr_t bogus : {std::uintptr_t{0x10}, ~std::uintptr_t{0}, std::uintptr_t{0xC000000000000002ull}, std::uintptr_t{0xC0000000000fff02ull},
-                               std::uintptr_t{0xC000000000000001ull}}) {
+  for (std::uintptr_t bogus : {std::uintptr_t{0x10}, ~std::uintptr_t{0}, std::uintptr_t{0xC000000000000002ull},
+                               std::uintptr_t{0xC0000000000fff02ull}, std::uintptr_t{0xC000000000000001ull}}) {
     abi::state_args a{};
-    for (int st : {8, 9, 10, 11, 12, 20}) t->recordEventState(reinterpret_cast<void*>(bogus), static_cast<abi::event_state>(st), &a);
+    for (int st : {8, 9, 10, 11, 12, 20})
+      t->recordEventState(reinterpret_cast<void*>(bogus), static_cast<abi::event_state>(st), &a);
     t->stopEvent(reinterpret_cast<void*>(bogus));
     Descr d{};
     d.type = abi::ev_proxy_step;
@@ -161,7 +163,8 @@ int drive(const Table* t, int abi_version) {
 
 }  // namespace
 
-TEST_CASE("proxy accounting: wait seconds by peer, direction and state, bytes and steps, sampled by sequence number", "[plugin][proxy]") {
+TEST_CASE("proxy accounting: wait seconds by peer, direction and state, bytes and steps, sampled by sequence number",
+          "[plugin][proxy]") {
   for (int v : {7, 4}) {
     INFO("ABI v" << v);
     const std::string dir = fresh_dir("proxy");
@@ -173,15 +176,18 @@ TEST_CASE("proxy accounting: wait seconds by peer, direction and state, bytes an
     const auto files = files_in(dir, ".prom");
     REQUIRE(files.size() == 1);
     const std::string text = slurp(files[0]);
-    INFO(text.substr(text.find("ncclinsp_proxy") == std::string::npos ? 0 : text.find("ncclinsp_proxy")).substr(0, 4000));
+    INFO(text.substr(text.find("ncclinsp_proxy") == std::string::npos ? 0 : text.find("ncclinsp_proxy"))
+             .substr(0, 4000));
     CHECK(text.find("# TYPE ncclinsp_proxy_wait_seconds_total counter") != std::string::npos);
     auto wait = [&](const char* peer, const char* dirn, const char* state) {
       return sample(text, "ncclinsp_proxy_wait_seconds_total",
-                    {"comm_name=\"dp\"", std::string("peer=\"") + peer + "\"", std::string("direction=\"") + dirn + "\"",
-                     std::string("state=\"") + state + "\""});
+                    {"comm_name=\"dp\"", std::string("peer=\"") + peer + "\"",
+                     std::string("direction=\"") + dirn + "\"", std::string("state=\"") + state + "\""});
     };
     // Lower bounds are the scripted sleeps; the upper bounds allow a loaded machine's late wake-ups.
-    auto within = [](double v, double ms, int n) { return v >= ms * 1e-3 && v < ms * 1e-3 + n * 0.15; };  // sleeps overshoot on a loaded machine
+    auto within = [](double v, double ms, int n) {
+      return v >= ms * 1e-3 && v < ms * 1e-3 + n * 0.15;
+    };  // sleeps overshoot on a loaded machine
     CHECK(within(wait("2", "send", "gpu"), 2 * 4, 2));
     CHECK(within(wait("2", "send", "peer_credit"), 2 * 2, 2));
     CHECK(within(wait("2", "send", "network"), 2 * 12, 2));
@@ -197,7 +203,8 @@ TEST_CASE("proxy accounting: wait seconds by peer, direction and state, bytes an
   }
 }
 
-TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handles even under a RAS mask override", "[plugin][proxy]") {
+TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handles even under a RAS mask override",
+          "[plugin][proxy]") {
   const std::string dir = fresh_dir("proxy");
   auto env = proxy_env(dir, "1");
   env.erase("NCCLINSP_PROXY");
@@ -207,8 +214,10 @@ TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handle
             sim::comm_driver::set_mask(0);
             sim::comm_driver plain(lib, {.comm_hash = 5, .name = "x", .n_nodes = 2, .n_ranks = 2});
             if (plain.mask() & (abi::ev_proxy_op | abi::ev_proxy_step)) return 1;
-            sim::comm_driver comm(lib, {.comm_hash = 6, .name = "y", .n_nodes = 2, .n_ranks = 2, .mask_override = 0xFFFF});
-            const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
+            sim::comm_driver comm(lib,
+                                  {.comm_hash = 6, .name = "y", .n_nodes = 2, .n_ranks = 2, .mask_override = 0xFFFF});
+            const auto p = comm.enqueue(
+                sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20});
             abi::version<abi::newest>::descr d{};
             d.type = abi::ev_proxy_op;
             d.parentObj = p.task_handle;
@@ -226,7 +235,8 @@ TEST_CASE("proxy accounting off by default: no ProxyOp/ProxyStep bits, no handle
   CHECK(slurp(files[0]).find("ncclinsp_proxy_") == std::string::npos);
 }
 
-TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WARN and exported as gauges", "[plugin][detector]") {
+TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WARN and exported as gauges",
+          "[plugin][detector]") {
   const std::string dir = fresh_dir("detect");
   auto env = proxy_env(dir, "1");
   env.erase("NCCLINSP_PROXY");
@@ -252,7 +262,8 @@ TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WAR
             for (int w = 0; w < 40; ++w) {
               const double f = w < 25 ? 1.0 : 0.87;  // bus bandwidth factor
               for (int i = 0; i < 8; ++i) {
-                const auto p = comm.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 4u << 20});
+                const auto p = comm.enqueue(sim::op_desc{
+                    .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 4u << 20});
                 const auto dur = static_cast<std::uint64_t>(1'000'000 * (1.0 + 0.02 * ((i * 7 + w) % 5 - 2) / 2.0) / f);
                 comm.complete(p, t, t + dur);
                 t += dur + 10'000;
@@ -262,8 +273,11 @@ TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WAR
             }
             if (sim::logger_warn_count().load() == warns0) return 2;  // the drop was logged
             const std::string text = slurp(prom);
-            if (sample(text, "ncclinsp_busbw_degraded", {"comm_name=\"dp\"", "collective=\"AllReduce\"", "message_size=\"16MiB-32MiB\""}) != 1) return 3;
-            const double r = sample(text, "ncclinsp_busbw_ratio_to_baseline", {"comm_name=\"dp\"", "collective=\"AllReduce\""});
+            if (sample(text, "ncclinsp_busbw_degraded",
+                       {"comm_name=\"dp\"", "collective=\"AllReduce\"", "message_size=\"16MiB-32MiB\""}) != 1)
+              return 3;
+            const double r =
+                sample(text, "ncclinsp_busbw_ratio_to_baseline", {"comm_name=\"dp\"", "collective=\"AllReduce\""});
             if (!(r > 0.83 && r < 0.91)) return 4;
             comm.finalize();
             return 0;

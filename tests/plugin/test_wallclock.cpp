@@ -44,46 +44,61 @@ extern "C" int clock_gettime(clockid_t id, timespec* ts) {
   return rc;
 }
 
-TEST_CASE("wall clock jumps: no negative or day-long duration, no false hang, retention and interval on the monotonic clock", "[plugin][clock]") {
+TEST_CASE(
+    "wall clock jumps: no negative or day-long duration, no false hang, retention and interval on the monotonic clock",
+    "[plugin][clock]") {
   const std::string dir = fresh_dir("wallclock");
   const std::map<std::string, std::string> env = {
-      {"NCCL_INSPECTOR_ENABLE", "1"},      {"NCCLINSP_SINKS", "prom,json"},        {"NCCL_INSPECTOR_DUMP_DIR", dir},
-      {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}, {"NCCLINSP_NODE_NAME", "nodeW"}, {"SLURM_JOB_ID", "9"},
+      {"NCCL_INSPECTOR_ENABLE", "1"},
+      {"NCCLINSP_SINKS", "prom,json"},
+      {"NCCL_INSPECTOR_DUMP_DIR", dir},
+      {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+      {"NCCLINSP_NODE_NAME", "nodeW"},
+      {"SLURM_JOB_ID", "9"},
       {"NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING", "0"},  // keep the CPU-timed (proxy-observed) ops
-      {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"}, {"NCCL_INSPECTOR_DUMP_VERBOSE", "1"}};
-  REQUIRE(in_child(env, [&dir] {
-            timespec probe{};
-            ::clock_gettime(CLOCK_REALTIME, &probe);
-            const long before = probe.tv_sec;
-            g_jumpy = true;
-            ::clock_gettime(CLOCK_REALTIME, &probe);  // the seam works: the clock jumped
-            if (std::labs(probe.tv_sec - before) < back_s - 5) return 20;
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
-            set_device(0);
-            sim::comm_driver gone(lib, {.comm_hash = 11, .name = "gone", .n_ranks = 2});
-            gone.complete(gone.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2}),
-                          t0, t0 + 100'000);
-            gone.finalize();  // retained 120 s (monotonic): a day-forward wall clock must not expire it
-            sim::comm_driver c(lib, {.comm_hash = 12, .name = "wc", .n_ranks = 2});
-            for (int i = 0; i < 50; ++i) {
-              // CPU-timed: no globaltimer, the channels' start/stop times are the plugin's own reads.
-              const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20, .n_channels = 2});
-              const sim::kernel_time none[2] = {};
-              c.complete(p, none);
-              const auto q = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::int8, .count = 1 << 20, .n_channels = 1});
-              c.complete(q, t0 + i * 1'000'000ull, t0 + i * 1'000'000ull + 50'000);
-            }
-            // One op in flight across exports: its age must grow like real time, not by a day.
-            const auto hung = c.enqueue(sim::op_desc{.func = sim::nccl_func::reduce_scatter, .dtype = sim::nccl_dtype::float32, .count = 1 << 20,
-                                                     .n_channels = 2});
-            c.start_only(hung, t0);
-            ::usleep(400'000);  // several exports, with the wall clock jumping at each
-            std::ofstream(dir + "/live.prom.copy") << slurp(files_in(dir, ".prom").at(0));
-            c.complete(hung, t0 + 10'000, t0 + 20'000);
-            c.finalize();
-            g_jumpy = false;
-            return 0;
-          }) == 0);
+      {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
+      {"NCCL_INSPECTOR_DUMP_VERBOSE", "1"}};
+  REQUIRE(
+      in_child(env, [&dir] {
+        timespec probe{};
+        ::clock_gettime(CLOCK_REALTIME, &probe);
+        const long before = probe.tv_sec;
+        g_jumpy = true;
+        ::clock_gettime(CLOCK_REALTIME, &probe);  // the seam works: the clock jumped
+        if (std::labs(probe.tv_sec - before) < back_s - 5) return 20;
+        sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);
+        set_device(0);
+        sim::comm_driver gone(lib, {.comm_hash = 11, .name = "gone", .n_ranks = 2});
+        gone.complete(gone.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce,
+                                                .dtype = sim::nccl_dtype::float32,
+                                                .count = 1 << 20,
+                                                .n_channels = 2}),
+                      t0, t0 + 100'000);
+        gone.finalize();  // retained 120 s (monotonic): a day-forward wall clock must not expire it
+        sim::comm_driver c(lib, {.comm_hash = 12, .name = "wc", .n_ranks = 2});
+        for (int i = 0; i < 50; ++i) {
+          // CPU-timed: no globaltimer, the channels' start/stop times are the plugin's own reads.
+          const auto p = c.enqueue(sim::op_desc{
+              .func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20, .n_channels = 2});
+          const sim::kernel_time none[2] = {};
+          c.complete(p, none);
+          const auto q = c.enqueue(sim::op_desc{
+              .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::int8, .count = 1 << 20, .n_channels = 1});
+          c.complete(q, t0 + i * 1'000'000ull, t0 + i * 1'000'000ull + 50'000);
+        }
+        // One op in flight across exports: its age must grow like real time, not by a day.
+        const auto hung = c.enqueue(sim::op_desc{.func = sim::nccl_func::reduce_scatter,
+                                                 .dtype = sim::nccl_dtype::float32,
+                                                 .count = 1 << 20,
+                                                 .n_channels = 2});
+        c.start_only(hung, t0);
+        ::usleep(400'000);  // several exports, with the wall clock jumping at each
+        std::ofstream(dir + "/live.prom.copy") << slurp(files_in(dir, ".prom").at(0));
+        c.complete(hung, t0 + 10'000, t0 + 20'000);
+        c.finalize();
+        g_jumpy = false;
+        return 0;
+      }) == 0);
   const std::string live = slurp(dir + "/live.prom.copy");
   INFO(live.substr(0, 6000));
   // No false hang: the in-flight op is at most 0.4 s old at the last export, not a day, not negative.
@@ -97,7 +112,8 @@ TEST_CASE("wall clock jumps: no negative or day-long duration, no false hang, re
   CHECK(sample(live, "ncclinsp_ops_total", {"comm_name=\"gone\""}) == 1);
   // The export timestamp is wall time, so it carries the jump (proof the plugin read our clock).
   const double ts = sample(live, "ncclinsp_export_timestamp_seconds", {});
-  const double real_now = static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const double real_now = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   CHECK((std::fabs(ts - (real_now - back_s)) < 60 || std::fabs(ts - (real_now + forward_s)) < 60));
 
   const std::string text = slurp(files_in(dir, ".prom").at(0));

@@ -80,23 +80,29 @@ void quiet_logger(abi::log_level, unsigned long, const char*, int, const char* f
 plugin_state* g_st = nullptr;
 
 template <int V>
-abi::result_t p_init5(void** ctx, std::uint64_t id, int* mask, const char* name, int nn, int nr, int r, abi::logger_t log) {
+abi::result_t p_init5(void** ctx, std::uint64_t id, int* mask, const char* name, int nn, int nr, int r,
+                      abi::logger_t log) {
   return g_st->init(ctx, mask, name, id, nn, nr, r, log, V);
 }
-abi::result_t p_init4(void** ctx, int* mask, const char* name, std::uint64_t h, int nn, int nr, int r, abi::logger_t log) {
+abi::result_t p_init4(void** ctx, int* mask, const char* name, std::uint64_t h, int nn, int nr, int r,
+                      abi::logger_t log) {
   return g_st->init(ctx, mask, name, h, nn, nr, r, log, 4);
 }
 template <class D>
-abi::result_t p_start(void* c, void** h, D* d) { return g_st->start_event(c, h, d); }
+abi::result_t p_start(void* c, void** h, D* d) {
+  return g_st->start_event(c, h, d);
+}
 abi::result_t p_stop(void* h) { return g_st->stop_event(h); }
 abi::result_t p_record(void* h, abi::event_state s, abi::state_args* a) { return g_st->record_state(h, s, a); }
 abi::result_t p_fini(void* c) {
   const auto t = std::chrono::steady_clock::now();
   const abi::result_t r = g_st->finalize(c);
-  if (std::chrono::steady_clock::now() - t >= std::chrono::milliseconds(90)) g_detached = true;  // bound hit: exporter may be detached
+  if (std::chrono::steady_clock::now() - t >= std::chrono::milliseconds(90))
+    g_detached = true;  // bound hit: exporter may be detached
   return r;
 }
-std::vector<plugin_state*>* const g_parked = new std::vector<plugin_state*>();  // never destroyed: states a detached exporter may still use (reachable: not leaks)
+std::vector<plugin_state*>* const g_parked = new std::vector<
+    plugin_state*>();  // never destroyed: states a detached exporter may still use (reachable: not leaks)
 
 const abi::profiler_v7 priv_v7 = {"p", p_init5<7>, p_start<abi::descr_v7>, p_stop, p_record, p_fini};
 const abi::profiler_v6 priv_v6 = {"p", p_init5<6>, p_start<abi::descr_v6>, p_stop, p_record, p_fini};
@@ -104,17 +110,23 @@ const abi::profiler_v5 priv_v5 = {"p", p_init5<5>, p_start<abi::descr_v5>, p_sto
 const abi::profiler_v4 priv_v4 = {"p", p_init4, p_start<abi::descr_v4>, p_stop, p_record, p_fini};
 
 // ---- strings ----------------------------------------------------------------------------------------
-const char* const k_names[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv", "SendRecv",
-                               "AlltoAll", "Gather", "Scatter", "ncclFloat32", "ncclInt8", "ncclBfloat16", "ncclFloat8e4m3",
-                               "Ring", "Tree", "NVLS", "NVLSTree", "CollNetDirect", "PAT", "LL", "LL128", "Simple", "",
-                               "float", "int64", "half", "double", "fp8"};
+const char* const k_names[] = {"AllReduce", "AllGather",   "ReduceScatter", "Broadcast",    "Reduce",
+                               "Send",      "Recv",        "SendRecv",      "AlltoAll",     "Gather",
+                               "Scatter",   "ncclFloat32", "ncclInt8",      "ncclBfloat16", "ncclFloat8e4m3",
+                               "Ring",      "Tree",        "NVLS",          "NVLSTree",     "CollNetDirect",
+                               "PAT",       "LL",          "LL128",         "Simple",       "",
+                               "float",     "int64",       "half",          "double",       "fp8"};
 
 struct string_pool {
   std::deque<std::string> owned;  // stable addresses: NCCL's strings outlive the call
   const char* pick(FuzzedDataProvider& in) {
     switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-      case 0: return nullptr;
-      case 1: case 2: case 3: return k_names[in.ConsumeIntegralInRange<std::size_t>(0, std::size(k_names) - 1)];
+      case 0:
+        return nullptr;
+      case 1:
+      case 2:
+      case 3:
+        return k_names[in.ConsumeIntegralInRange<std::size_t>(0, std::size(k_names) - 1)];
       case 4: {  // very long
         std::string s(in.ConsumeIntegralInRange<std::size_t>(256, 20000), 'x');
         for (std::size_t i = 0; i < s.size(); i += 97) s[i] = static_cast<char>(in.ConsumeIntegral<std::uint8_t>() | 1);
@@ -122,8 +134,9 @@ struct string_pool {
         return owned.back().c_str();
       }
       case 5: {  // hostile characters, invalid UTF-8
-        static const char* const bad[] = {"\"", "\\", "\n", "\r", "\t", "\xff", "\xc3\x28", "\xe2\x82", "}", "{", "=", ",",
-                                          "#", " ", "\x7f", "\x01", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "%s%n%x"};
+        static const char* const bad[] = {
+            "\"", "\\", "\n", "\r", "\t",   "\xff", "\xc3\x28",         "\xe2\x82",     "}",     "{",
+            "=",  ",",  "#",  " ",  "\x7f", "\x01", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "%s%n%x"};
         std::string s;
         const int n = in.ConsumeIntegralInRange<int>(0, 24);
         for (int i = 0; i < n; ++i) s += bad[in.ConsumeIntegralInRange<std::size_t>(0, std::size(bad) - 1)];
@@ -152,21 +165,27 @@ struct run {
 
   void* any_handle() {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-      case 0: return nullptr;
-      case 1: return contexts.empty() ? nullptr : contexts[in.ConsumeIntegralInRange<std::size_t>(0, contexts.size() - 1)];
+      case 0:
+        return nullptr;
+      case 1:
+        return contexts.empty() ? nullptr : contexts[in.ConsumeIntegralInRange<std::size_t>(0, contexts.size() - 1)];
       case 2: {  // a plausible forgery: a real handle with some bits flipped
         if (handles.empty()) return nullptr;
-        auto v = reinterpret_cast<std::uintptr_t>(handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)]);
+        auto v =
+            reinterpret_cast<std::uintptr_t>(handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)]);
         return reinterpret_cast<void*>(v ^ (std::uintptr_t{1} << in.ConsumeIntegralInRange<int>(0, 63)));
       }
-      case 3: return reinterpret_cast<void*>(static_cast<std::uintptr_t>(in.ConsumeIntegral<std::uint64_t>()));
-      default: return handles.empty() ? nullptr : handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)];
+      case 3:
+        return reinterpret_cast<void*>(static_cast<std::uintptr_t>(in.ConsumeIntegral<std::uint64_t>()));
+      default:
+        return handles.empty() ? nullptr : handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)];
     }
   }
   void* any_context() {
     if (!contexts.empty() && in.ConsumeIntegralInRange<int>(0, 7) != 0)
       return contexts[in.ConsumeIntegralInRange<std::size_t>(0, contexts.size() - 1)];
-    return in.ConsumeBool() ? nullptr : reinterpret_cast<void*>(static_cast<std::uintptr_t>(in.ConsumeIntegral<std::uint64_t>()));
+    return in.ConsumeBool() ? nullptr
+                            : reinterpret_cast<void*>(static_cast<std::uintptr_t>(in.ConsumeIntegral<std::uint64_t>()));
   }
 
   void do_init() {
@@ -186,10 +205,18 @@ struct run {
     int* pmask = in.ConsumeIntegralInRange<int>(0, 31) ? &mask : nullptr;
     abi::result_t r;
     switch (version) {
-      case 7: r = t7->init(pctx, id, pmask, name, nnodes, nranks, rank, lg); break;
-      case 6: r = t6->init(pctx, id, pmask, name, nnodes, nranks, rank, lg); break;
-      case 5: r = t5->init(pctx, id, pmask, name, nnodes, nranks, rank, lg); break;
-      default: r = t4->init(pctx, pmask, name, id, nnodes, nranks, rank, lg); break;
+      case 7:
+        r = t7->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
+        break;
+      case 6:
+        r = t6->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
+        break;
+      case 5:
+        r = t5->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
+        break;
+      default:
+        r = t4->init(pctx, pmask, name, id, nnodes, nranks, rank, lg);
+        break;
     }
     (void)r;
     if (pctx && ctx) contexts.push_back(ctx);
@@ -205,12 +232,14 @@ struct run {
 
   template <class D>
   void fill_event(D& d) {
-    static constexpr std::uint64_t types[] = {abi::ev_group,      abi::ev_coll,        abi::ev_p2p,         abi::ev_proxy_op,
-                                              abi::ev_proxy_step, abi::ev_proxy_ctrl,  abi::ev_kernel_ch,   abi::ev_net_plugin,
-                                              abi::ev_group_api,  abi::ev_coll_api,    abi::ev_p2p_api,     abi::ev_kernel_launch,
-                                              abi::ev_ce_coll,    abi::ev_ce_sync,     abi::ev_ce_batch,    abi::ev_kernel_phase};
-    std::uint64_t type = in.ConsumeIntegralInRange<int>(0, 9) ? types[in.ConsumeIntegralInRange<std::size_t>(0, std::size(types) - 1)]
-                                                            : in.ConsumeIntegral<std::uint64_t>();
+    static constexpr std::uint64_t types[] = {
+        abi::ev_group,      abi::ev_coll,       abi::ev_p2p,       abi::ev_proxy_op,
+        abi::ev_proxy_step, abi::ev_proxy_ctrl, abi::ev_kernel_ch, abi::ev_net_plugin,
+        abi::ev_group_api,  abi::ev_coll_api,   abi::ev_p2p_api,   abi::ev_kernel_launch,
+        abi::ev_ce_coll,    abi::ev_ce_sync,    abi::ev_ce_batch,  abi::ev_kernel_phase};
+    std::uint64_t type = in.ConsumeIntegralInRange<int>(0, 9)
+                             ? types[in.ConsumeIntegralInRange<std::size_t>(0, std::size(types) - 1)]
+                             : in.ConsumeIntegral<std::uint64_t>();
     // Weight towards the events the plugin handles.
     if (in.ConsumeIntegralInRange<int>(0, 3) == 0) type = in.ConsumeBool() ? abi::ev_coll : abi::ev_kernel_ch;
     fill_common(d, type);
@@ -218,10 +247,12 @@ struct run {
     if (type == abi::ev_coll) {
       d.coll.seqNumber = in.ConsumeIntegral<std::uint64_t>();
       d.coll.func = strs.pick(in);
-      d.coll.count = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 1 << 24) : in.ConsumeIntegral<std::size_t>();
+      d.coll.count =
+          in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 1 << 24) : in.ConsumeIntegral<std::size_t>();
       d.coll.root = in.ConsumeIntegral<int>();
       d.coll.datatype = strs.pick(in);
-      d.coll.nChannels = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::uint8_t>(0, 4) : in.ConsumeIntegral<std::uint8_t>();
+      d.coll.nChannels =
+          in.ConsumeBool() ? in.ConsumeIntegralInRange<std::uint8_t>(0, 4) : in.ConsumeIntegral<std::uint8_t>();
       d.coll.nWarps = in.ConsumeIntegral<std::uint8_t>();
       d.coll.algo = strs.pick(in);
       d.coll.proto = strs.pick(in);
@@ -240,10 +271,12 @@ struct run {
       if constexpr (requires { d.p2p.userTag; }) d.p2p.userTag = in.ConsumeIntegral<std::uint64_t>();
     } else if (type == abi::ev_kernel_ch) {
       d.kernelCh.channelId = in.ConsumeIntegral<std::uint8_t>();
-      d.kernelCh.pTimer = in.ConsumeBool() ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
-                                           : in.ConsumeIntegral<std::uint64_t>();
+      d.kernelCh.pTimer = in.ConsumeBool()
+                              ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
+                              : in.ConsumeIntegral<std::uint64_t>();
     } else if (type == abi::ev_proxy_op) {
-      d.proxyOp.pid = in.ConsumeIntegralInRange<int>(0, 3) ? ::getpid() : in.ConsumeIntegral<pid_t>();  // mostly ours (PXN: not)
+      d.proxyOp.pid =
+          in.ConsumeIntegralInRange<int>(0, 3) ? ::getpid() : in.ConsumeIntegral<pid_t>();  // mostly ours (PXN: not)
       d.proxyOp.channelId = in.ConsumeIntegral<std::uint8_t>();
       d.proxyOp.peer = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 200) : in.ConsumeIntegral<int>();
       d.proxyOp.nSteps = in.ConsumeIntegral<int>();
@@ -278,23 +311,56 @@ struct run {
     void* ctx = any_context();
     const bool null_descr = in.ConsumeIntegralInRange<int>(0, 63) == 0;
     switch (version) {
-      case 7: { abi::descr_v7 d; fill_event(d); t7->startEvent(ctx, ph, null_descr ? nullptr : &d); break; }
-      case 6: { abi::descr_v6 d; fill_event(d); t6->startEvent(ctx, ph, null_descr ? nullptr : &d); break; }
-      case 5: { abi::descr_v5 d; fill_event(d); t5->startEvent(ctx, ph, null_descr ? nullptr : &d); break; }
-      default: { abi::descr_v4 d; fill_event(d); t4->startEvent(ctx, ph, null_descr ? nullptr : &d); break; }
+      case 7: {
+        abi::descr_v7 d;
+        fill_event(d);
+        t7->startEvent(ctx, ph, null_descr ? nullptr : &d);
+        break;
+      }
+      case 6: {
+        abi::descr_v6 d;
+        fill_event(d);
+        t6->startEvent(ctx, ph, null_descr ? nullptr : &d);
+        break;
+      }
+      case 5: {
+        abi::descr_v5 d;
+        fill_event(d);
+        t5->startEvent(ctx, ph, null_descr ? nullptr : &d);
+        break;
+      }
+      default: {
+        abi::descr_v4 d;
+        fill_event(d);
+        t4->startEvent(ctx, ph, null_descr ? nullptr : &d);
+        break;
+      }
     }
     if (ph && h) handles.push_back(h);
   }
 
   void do_record() {
-    static constexpr int states[] = {abi::st_proxy_op_in_progress_v4, abi::st_proxy_step_send_peer_wait_v4, 8, 9, 10, 11, 12, abi::st_net_plugin_update,
-                                     abi::st_kernel_ch_stop, abi::st_group_start_api_stop, abi::st_group_end_api_start,
-                                     abi::st_ce_coll_start, abi::st_ce_batch_complete, abi::st_kernel_phase_stop};
-    const int st = in.ConsumeIntegralInRange<int>(0, 7) ? states[in.ConsumeIntegralInRange<std::size_t>(0, std::size(states) - 1)]
-                                                       : in.ConsumeIntegral<int>();
+    static constexpr int states[] = {abi::st_proxy_op_in_progress_v4,
+                                     abi::st_proxy_step_send_peer_wait_v4,
+                                     8,
+                                     9,
+                                     10,
+                                     11,
+                                     12,
+                                     abi::st_net_plugin_update,
+                                     abi::st_kernel_ch_stop,
+                                     abi::st_group_start_api_stop,
+                                     abi::st_group_end_api_start,
+                                     abi::st_ce_coll_start,
+                                     abi::st_ce_batch_complete,
+                                     abi::st_kernel_phase_stop};
+    const int st = in.ConsumeIntegralInRange<int>(0, 7)
+                       ? states[in.ConsumeIntegralInRange<std::size_t>(0, std::size(states) - 1)]
+                       : in.ConsumeIntegral<int>();
     abi::state_args a;  // one union: also ProxyStep's transSize
-    a.kernelCh.pTimer = in.ConsumeBool() ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
-                                         : in.ConsumeIntegral<std::uint64_t>();
+    a.kernelCh.pTimer = in.ConsumeBool()
+                            ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
+                            : in.ConsumeIntegral<std::uint64_t>();
     abi::state_args* pa = in.ConsumeIntegralInRange<int>(0, 15) ? &a : nullptr;
     t7->recordEventState(any_handle(), static_cast<abi::event_state>(st), pa);  // one function in every table
   }
@@ -302,12 +368,32 @@ struct run {
   void go() {
     while (in.remaining_bytes() > 0) {
       switch (in.ConsumeIntegralInRange<int>(0, 15)) {
-        case 0: do_init(); break;
-        case 1: if (in.ConsumeIntegralInRange<int>(0, 3) == 0) t7->finalize(any_context()); break;
-        case 2: version = in.ConsumeIntegralInRange<int>(abi::oldest, abi::newest); break;  // NCCL uses one table; the state does not care
-        case 3: case 4: case 5: case 6: case 7: do_start(); break;
-        case 8: case 9: case 10: case 11: t7->stopEvent(any_handle()); break;
-        case 12: case 13: do_record(); break;
+        case 0:
+          do_init();
+          break;
+        case 1:
+          if (in.ConsumeIntegralInRange<int>(0, 3) == 0) t7->finalize(any_context());
+          break;
+        case 2:
+          version = in.ConsumeIntegralInRange<int>(abi::oldest, abi::newest);
+          break;  // NCCL uses one table; the state does not care
+        case 3:
+        case 4:
+        case 5:
+        case 6:
+        case 7:
+          do_start();
+          break;
+        case 8:
+        case 9:
+        case 10:
+        case 11:
+          t7->stopEvent(any_handle());
+          break;
+        case 12:
+        case 13:
+          do_record();
+          break;
         case 14:  // complete a whole op the way NCCL does: channels start/stop, then the op's stop
           if (!handles.empty()) {
             void* op = handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)];
@@ -411,8 +497,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   // A detached exporter (final flush slower than the 100 ms teardown bound) still uses the state:
   // the plugin never frees its state, so neither do we in that case.
-  if (!g_detached) delete g_st;
-  else g_parked->push_back(g_st);
+  if (!g_detached)
+    delete g_st;
+  else
+    g_parked->push_back(g_st);
   g_st = nullptr;
   return 0;
 }

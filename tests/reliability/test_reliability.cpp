@@ -58,8 +58,9 @@ std::string promtool_findings(const std::string& file) {
 }
 
 std::map<std::string, std::string> base_env(const std::string& dir, const char* sinks = "prom") {
-  return {{"NCCL_INSPECTOR_ENABLE", "1"},  {"NCCLINSP_SINKS", sinks},         {"NCCL_INSPECTOR_DUMP_DIR", dir},
-          {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}, {"NCCLINSP_NODE_NAME", "nodeR"}, {"SLURM_JOB_ID", "5"}};
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCLINSP_SINKS", sinks},
+          {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+          {"NCCLINSP_NODE_NAME", "nodeR"},  {"SLURM_JOB_ID", "5"}};
 }
 
 // Log lines the plugin sent through NCCL's logger (child process only).
@@ -76,14 +77,16 @@ void capture_logger(abi::log_level level, unsigned long, const char*, int, const
 }
 int warnings_containing(const std::string& needle) {
   std::lock_guard lk(g_log_mu);
-  return static_cast<int>(std::count_if(g_log.begin(), g_log.end(),
-                                        [&](const auto& l) { return l.first == abi::log_warn && l.second.find(needle) != std::string::npos; }));
+  return static_cast<int>(std::count_if(g_log.begin(), g_log.end(), [&](const auto& l) {
+    return l.first == abi::log_warn && l.second.find(needle) != std::string::npos;
+  }));
 }
 int warnings() { return warnings_containing(""); }
 
 /// One AllReduce of 4 MiB completed on 2 channels.
 void one_op(sim::comm_driver& c, std::uint64_t at = t0) {
-  const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+  const auto p = c.enqueue(sim::op_desc{
+      .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
   c.complete(p, at, at + 100'000);
 }
 
@@ -107,7 +110,8 @@ bool prom_well_formed(const std::string& text, std::set<std::string>* families =
     if (line.empty()) return false;
     if (line[0] == '#') {
       if (line.rfind("# HELP ", 0) != 0 && line.rfind("# TYPE ", 0) != 0) return false;
-      if (families && line.rfind("# TYPE ", 0) == 0) families->insert(std::string(line.substr(7, line.find(' ', 7) - 7)));
+      if (families && line.rfind("# TYPE ", 0) == 0)
+        families->insert(std::string(line.substr(7, line.find(' ', 7) - 7)));
       continue;
     }
     const std::size_t sp = line.rfind(' ');
@@ -131,18 +135,28 @@ TEST_CASE("hostile communicator names and strings: valid exposition and valid JS
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
-            const std::string names[] = {
-                "q\"uote", "back\\slash\\", "new\nline\r\n", "bad\xff\xfe utf8 \xc3\x28 \xe2\x82 \xed\xa0\x80", std::string(10240, 'n'),
-                std::string("mix\"\\\n\xff") + std::string(10000, '\xc3'), "{}=,# \t\x01\x7f", "%s%n%x"};
+            const std::string names[] = {"q\"uote",
+                                         "back\\slash\\",
+                                         "new\nline\r\n",
+                                         "bad\xff\xfe utf8 \xc3\x28 \xe2\x82 \xed\xa0\x80",
+                                         std::string(10240, 'n'),
+                                         std::string("mix\"\\\n\xff") + std::string(10000, '\xc3'),
+                                         "{}=,# \t\x01\x7f",
+                                         "%s%n%x"};
             std::uint64_t h = 1;
             std::vector<std::unique_ptr<sim::comm_driver>> comms;  // all live at the final export
             for (const auto& n : names) {
-              auto& c = *comms.emplace_back(std::make_unique<sim::comm_driver>(lib, sim::comm_config{.comm_hash = h++, .name = n, .n_ranks = 2}));
+              auto& c = *comms.emplace_back(
+                  std::make_unique<sim::comm_driver>(lib, sim::comm_config{.comm_hash = h++, .name = n, .n_ranks = 2}));
               if (c.init_result() != abi::success) return 1;
               one_op(c);
               // Strings NCCL would never pass (it passes static names), through the same plugin.
-              auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20,
-                                              .algo = "\"\\\n\xff", .proto = "x\xc3", .n_channels = 1});
+              auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather,
+                                              .dtype = sim::nccl_dtype::int8,
+                                              .count = 1 << 20,
+                                              .algo = "\"\\\n\xff",
+                                              .proto = "x\xc3",
+                                              .n_channels = 1});
               c.complete(p, t0, t0 + 5000);
             }
             return 0;
@@ -159,7 +173,8 @@ TEST_CASE("hostile communicator names and strings: valid exposition and valid JS
   CHECK(json_lines_check(logs[0]) == "ok");
 }
 
-TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning each, defaults used", "[reliability][hostile][env]") {
+TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning each, defaults used",
+          "[reliability][hostile][env]") {
   const std::string dir = fresh_dir("rel");
   // Every variable whose value is parsed (free-form strings such as the dump dir or node name
   // accept anything; the dump dir has its own tests below).
@@ -203,7 +218,8 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
             set_device(0);
             void* ctx = nullptr;
             int mask = 0;
-            if (lib.table<abi::newest>()->init(&ctx, 42, &mask, "env", 1, 2, 0, capture_logger) != abi::success || !ctx) return 1;
+            if (lib.table<abi::newest>()->init(&ctx, 42, &mask, "env", 1, 2, 0, capture_logger) != abi::success || !ctx)
+              return 1;
             for (const auto& [k, v] : garbage)
               if (warnings_containing(k + "=") != 1) {
                 std::fprintf(stderr, "%s: %d warnings\n", k.c_str(), warnings_containing(k + "="));
@@ -214,8 +230,8 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
             std::string banner;
             for (const auto& [l, m] : g_log)
               if (m.find("configuration") != std::string::npos) banner = m;
-            for (const char* want : {"sinks=json\n", "min_size_bytes=8192\n", "pools=coll=256,p2p=256\n", "interval=teardown only\n",
-                                     "require_kernel_timing=1\n"})
+            for (const char* want : {"sinks=json\n", "min_size_bytes=8192\n", "pools=coll=256,p2p=256\n",
+                                     "interval=teardown only\n", "require_kernel_timing=1\n"})
               if (banner.find(want) == std::string::npos) {
                 std::fprintf(stderr, "banner lacks %s:\n%s\n", want, banner.c_str());
                 return 4;
@@ -232,7 +248,8 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
   CHECK(json_lines_check(logs[0]) == "ok");
 }
 
-TEST_CASE("garbage NCCL_INSPECTOR_ENABLE: one warning, disabled (the default), NCCL unaffected", "[reliability][hostile][env]") {
+TEST_CASE("garbage NCCL_INSPECTOR_ENABLE: one warning, disabled (the default), NCCL unaffected",
+          "[reliability][hostile][env]") {
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_ENABLE"] = "\xff";
@@ -263,7 +280,10 @@ int unusable_then_usable(const std::string& dir, const std::function<void()>& fi
   fix();
   for (int i = 0; i < 2; ++i) one_op(c, t0 + 10'000'000ull);
   const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(1));
-  if (!wait_for([&] { return ::access(prom.c_str(), R_OK) == 0 && sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"dirtest\""}) == 7; })) {
+  if (!wait_for([&] {
+        return ::access(prom.c_str(), R_OK) == 0 &&
+               sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"dirtest\""}) == 7;
+      })) {
     std::fprintf(stderr, "%s: %s\n", prom.c_str(), slurp(prom).substr(0, 1500).c_str());
     return 4;
   }
@@ -306,7 +326,8 @@ int read_as_user(const std::string& file, const std::string& needle, uid_t uid =
   return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
 }
 
-TEST_CASE("umask 077: node_exporter running as another user still reads the .prom file", "[reliability][dumpdir][umask]") {
+TEST_CASE("umask 077: node_exporter running as another user still reads the .prom file",
+          "[reliability][dumpdir][umask]") {
   // A job under umask 077 (common on shared clusters) would publish 0600 files in 0700 folders;
   // node_exporter's textfile collector runs as its own user and could not read them. The .prom
   // file is 0644 and the folders we create for it 0755 whatever the umask. The test command runs
@@ -343,7 +364,8 @@ TEST_CASE("umask 077: node_exporter running as another user still reads the .pro
   CHECK(read_as_user(priv, "secret") == 1);
 }
 
-TEST_CASE("dump directory is a regular file, or under one: a warning, metrics kept, written once possible", "[reliability][dumpdir]") {
+TEST_CASE("dump directory is a regular file, or under one: a warning, metrics kept, written once possible",
+          "[reliability][dumpdir]") {
   for (const bool under : {false, true}) {
     const std::string base = fresh_dir("rel");
     const std::string file = base + "/blocker";
@@ -368,7 +390,8 @@ namespace {
 /// that cannot set up its disk must not pass); the reason is printed.
 bool mount_tmpfs(const std::string& dir, const char* opts) {
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts) == 0) return true;
-  std::fprintf(stderr, "mount tmpfs on %s failed: %s (the test command runs as root)\n", dir.c_str(), std::strerror(errno));
+  std::fprintf(stderr, "mount tmpfs on %s failed: %s (the test command runs as root)\n", dir.c_str(),
+               std::strerror(errno));
   return false;
 }
 }  // namespace
@@ -379,7 +402,9 @@ TEST_CASE("dump directory read-only (tmpfs remount): a warning, no crash, writte
   REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=256k") == 0);
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
-  CHECK(in_child(env, [&] { return unusable_then_usable(dir, [&] { ::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=256k"); }); }) == 0);
+  CHECK(in_child(env, [&] {
+          return unusable_then_usable(dir, [&] { ::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=256k"); });
+        }) == 0);
   for (const auto& f : files_in(dir)) CHECK(f.find(".tmp.") == std::string::npos);
   ::umount2(dir.c_str(), MNT_DETACH);
 }
@@ -405,7 +430,8 @@ int disk_full_scenario(const std::string& dir, const std::function<void()>& fill
     one_op(more);
     more.finalize();
   }
-  if (!wait_for([] { return warnings_containing("cannot write") >= 1 || sim::logger_warn_count().load() >= 1; })) return 3;
+  if (!wait_for([] { return warnings_containing("cannot write") >= 1 || sim::logger_warn_count().load() >= 1; }))
+    return 3;
   for (int i = 0; i < 10; ++i) {
     const std::string text = slurp(prom);
     if (!prom_well_formed(text) || sample(text, "ncclinsp_ops_total", {"comm_name=\"full\""}) != 1) return 4;
@@ -456,8 +482,7 @@ TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried 
               [&] {
                 const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT, 0644);
                 const std::string chunk(512, 'f');
-                while (::write(fd, chunk.data(), chunk.size()) > 0) {
-                }
+                while (::write(fd, chunk.data(), chunk.size()) > 0) {}
                 ::close(fd);
               },
               [&] { ::unlink(filler.c_str()); });
@@ -466,59 +491,65 @@ TEST_CASE("disk full (small tmpfs): no partial file visible, a warning, retried 
   ::umount2(dir.c_str(), MNT_DETACH);
 }
 
-TEST_CASE("bad handles: NULL, unknown, already stopped, stopped twice before completion, events after finalize, finalize twice",
-          "[reliability][hostile][handles]") {
+TEST_CASE(
+    "bad handles: NULL, unknown, already stopped, stopped twice before completion, events after finalize, finalize twice",
+    "[reliability][hostile][handles]") {
   const std::string dir = fresh_dir("rel");
-  REQUIRE(in_child(base_env(dir), [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
-            set_device(0);
-            auto t = lib.table<abi::newest>();
-            abi::state_args a{};
-            for (void* h : {static_cast<void*>(nullptr), reinterpret_cast<void*>(0x1), reinterpret_cast<void*>(~std::uintptr_t{0}),
-                            reinterpret_cast<void*>(std::uintptr_t{0x40000123456789abull}), reinterpret_cast<void*>(std::uintptr_t{0x80000000000001ffull})}) {
-              t->stopEvent(h);
-              t->recordEventState(h, abi::st_kernel_ch_stop, &a);
-              t->recordEventState(h, abi::st_kernel_ch_stop, nullptr);
-              t->recordEventState(h, static_cast<abi::event_state>(-1), nullptr);
-            }
-            sim::comm_driver keeper(lib, {.comm_hash = 10, .name = "keeper", .n_ranks = 2});  // one exporter throughout
-            sim::comm_driver c(lib, {.comm_hash = 11, .name = "h", .n_ranks = 2});
-            // Already stopped (NCCL stops a Coll at enqueue), stopped again before its kernel completes:
-            // the op must still complete once, not vanish.
-            const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
-            t->stopEvent(p.task_handle);
-            t->stopEvent(p.task_handle);
-            c.complete(p, t0, t0 + 1000);
-            t->stopEvent(p.task_handle);  // after completion
-            // A channel handle stopped twice.
-            const auto q = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 1});
-            c.complete(q, t0, t0 + 1000);
-            void* ctx = c.context();
-            c.finalize();
-            // Events after finalize, with the dead context and the dead handles.
-            abi::version<abi::newest>::descr d{};
-            d.type = abi::ev_coll;
-            d.coll.func = "AllReduce";
-            d.coll.datatype = "ncclFloat32";
-            d.coll.count = 1 << 20;
-            d.coll.nChannels = 1;
-            void* h = reinterpret_cast<void*>(0x77);
-            t->startEvent(ctx, &h, &d);
-            if (h) return 1;
-            d.type = abi::ev_kernel_ch;
-            d.parentObj = p.task_handle;
-            t->startEvent(ctx, &h, &d);
-            if (h) return 2;
-            t->stopEvent(p.task_handle);
-            t->recordEventState(p.task_handle, abi::st_kernel_ch_stop, &a);
-            t->finalize(ctx);  // finalize twice
-            t->finalize(ctx);
-            t->finalize(nullptr);
-            // A new communicator after all that still works.
-            sim::comm_driver c2(lib, {.comm_hash = 12, .name = "h2", .n_ranks = 2});
-            one_op(c2);
-            return 0;
-          }) == 0);
+  REQUIRE(
+      in_child(base_env(dir), [] {
+        sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
+        set_device(0);
+        auto t = lib.table<abi::newest>();
+        abi::state_args a{};
+        for (void* h :
+             {static_cast<void*>(nullptr), reinterpret_cast<void*>(0x1), reinterpret_cast<void*>(~std::uintptr_t{0}),
+              reinterpret_cast<void*>(std::uintptr_t{0x40000123456789abull}),
+              reinterpret_cast<void*>(std::uintptr_t{0x80000000000001ffull})}) {
+          t->stopEvent(h);
+          t->recordEventState(h, abi::st_kernel_ch_stop, &a);
+          t->recordEventState(h, abi::st_kernel_ch_stop, nullptr);
+          t->recordEventState(h, static_cast<abi::event_state>(-1), nullptr);
+        }
+        sim::comm_driver keeper(lib, {.comm_hash = 10, .name = "keeper", .n_ranks = 2});  // one exporter throughout
+        sim::comm_driver c(lib, {.comm_hash = 11, .name = "h", .n_ranks = 2});
+        // Already stopped (NCCL stops a Coll at enqueue), stopped again before its kernel completes:
+        // the op must still complete once, not vanish.
+        const auto p = c.enqueue(sim::op_desc{
+            .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+        t->stopEvent(p.task_handle);
+        t->stopEvent(p.task_handle);
+        c.complete(p, t0, t0 + 1000);
+        t->stopEvent(p.task_handle);  // after completion
+        // A channel handle stopped twice.
+        const auto q = c.enqueue(sim::op_desc{
+            .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 1});
+        c.complete(q, t0, t0 + 1000);
+        void* ctx = c.context();
+        c.finalize();
+        // Events after finalize, with the dead context and the dead handles.
+        abi::version<abi::newest>::descr d{};
+        d.type = abi::ev_coll;
+        d.coll.func = "AllReduce";
+        d.coll.datatype = "ncclFloat32";
+        d.coll.count = 1 << 20;
+        d.coll.nChannels = 1;
+        void* h = reinterpret_cast<void*>(0x77);
+        t->startEvent(ctx, &h, &d);
+        if (h) return 1;
+        d.type = abi::ev_kernel_ch;
+        d.parentObj = p.task_handle;
+        t->startEvent(ctx, &h, &d);
+        if (h) return 2;
+        t->stopEvent(p.task_handle);
+        t->recordEventState(p.task_handle, abi::st_kernel_ch_stop, &a);
+        t->finalize(ctx);  // finalize twice
+        t->finalize(ctx);
+        t->finalize(nullptr);
+        // A new communicator after all that still works.
+        sim::comm_driver c2(lib, {.comm_hash = 12, .name = "h2", .n_ranks = 2});
+        one_op(c2);
+        return 0;
+      }) == 0);
   const std::string text = slurp(files_in(dir, ".prom").at(0));
   INFO(text.substr(0, 2000));
   CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"h\""}) == 2);
@@ -535,7 +566,8 @@ constexpr int leak_cycles = 300;
 constexpr int leak_cycles = 1000;
 #endif
 
-TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in the ASan build)", "[reliability][leak]") {
+TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in the ASan build)",
+          "[reliability][leak]") {
   const std::string dir = fresh_dir("rel");
   REQUIRE(in_child(base_env(dir, "prom,json"), [] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
@@ -545,7 +577,8 @@ TEST_CASE("1000 communicators created and destroyed: no leak (LeakSanitizer in t
               if (c.init_result() != abi::success) return 1;
               one_op(c);
               if (i % 3 == 0) {  // and some with an op still in flight at finalize
-                const auto p = c.enqueue(sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20});
+                const auto p = c.enqueue(
+                    sim::op_desc{.func = sim::nccl_func::all_gather, .dtype = sim::nccl_dtype::int8, .count = 1 << 20});
                 c.start_only(p, t0);
               }
             }
@@ -560,7 +593,8 @@ TEST_CASE("node_exporter-style readers never see a torn .prom file while it is r
   const std::string dir = fresh_dir("rel");
   ncclinsp::collector<> col;
   std::vector<ncclinsp::comm_handle> hs;
-  for (int i = 0; i < 3; ++i) hs.push_back(col.add_comm({.name = "r" + std::to_string(i), .hash = 77u + i, .nranks = 4, .uuid = "GPU-r"}));
+  for (int i = 0; i < 3; ++i)
+    hs.push_back(col.add_comm({.name = "r" + std::to_string(i), .hash = 77u + i, .nranks = 4, .uuid = "GPU-r"}));
   std::vector<ncclinsp::any_sink> sinks;
   sinks.emplace_back(ncclinsp::prom_textfile_sink({.dir = dir}));
   ncclinsp::exporter ex(col, std::move(sinks), {.interval = 1ms});
@@ -651,7 +685,8 @@ json_tally tally_json(const std::string& file) {
 }
 }  // namespace
 
-TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring under load and at teardown", "[reliability][loss]") {
+TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring under load and at teardown",
+          "[reliability][loss]") {
   for (const char* ring : {"8", "1024"}) {
     const std::string dir = fresh_dir("rel");
     auto env = base_env(dir, "json");
@@ -677,10 +712,12 @@ TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring u
               // Teardown returned within its bound; the final export may still be running in the
               // background (detached): the process lives on, so it lands.
               const std::string dir = std::getenv("NCCL_INSPECTOR_DUMP_DIR");
-              wait_for([&] {
-                const auto logs = files_in(dir, ".log");
-                return !logs.empty() && slurp(logs[0]).find("\"final\":true") != std::string::npos;
-              }, 20s);
+              wait_for(
+                  [&] {
+                    const auto logs = files_in(dir, ".log");
+                    return !logs.empty() && slurp(logs[0]).find("\"final\":true") != std::string::npos;
+                  },
+                  20s);
               ::usleep(100'000);
               return 0;
             }) == 0);
@@ -699,7 +736,8 @@ TEST_CASE("JSON mode: N ops in = records out + dropped_total, with a tiny ring u
   }
 }
 
-TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complete, exporter writes, exact totals", "[reliability][threads]") {
+TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complete, exporter writes, exact totals",
+          "[reliability][threads]") {
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir, "prom,json");
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
@@ -729,8 +767,11 @@ TEST_CASE("plugin under concurrency: user threads enqueue, proxy threads complet
                   }
                 });
                 for (int i = 0; i < per_comm; ++i) {  // the user thread: enqueue
-                  const auto p = c.enqueue(sim::op_desc{.func = i % 2 ? sim::nccl_func::all_reduce : sim::nccl_func::reduce_scatter,
-                                                        .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 2});
+                  const auto p = c.enqueue(
+                      sim::op_desc{.func = i % 2 ? sim::nccl_func::all_reduce : sim::nccl_func::reduce_scatter,
+                                   .dtype = sim::nccl_dtype::float32,
+                                   .count = 1 << 20,
+                                   .n_channels = 2});
                   std::lock_guard lk(mu);
                   q.push_back(p);
                   cv.notify_one();
@@ -781,7 +822,8 @@ std::uint64_t mono_ns() {
 /// Forks a child that writes 40 ops through the JSON sink into a FIFO nobody reads (the final
 /// export blocks in open() like a hung filesystem), finalizes, writes "<finalize ms> <mono ns>" to
 /// `<dir>/finalized` and leaves through exit(). Returns the child's pid.
-pid_t fork_hung_sink_child(const std::string& dir, const std::string& host, const std::map<std::string, std::string>& extra_env, int n_ops) {
+pid_t fork_hung_sink_child(const std::string& dir, const std::string& host,
+                           const std::map<std::string, std::string>& extra_env, int n_ops) {
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
@@ -796,7 +838,8 @@ pid_t fork_hung_sink_child(const std::string& dir, const std::string& host, cons
   for (int i = 0; i < n_ops; ++i) one_op(c, t0 + i * 1'000'000ull);
   const auto begin = std::chrono::steady_clock::now();
   c.finalize();
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin).count();
   std::ofstream(dir + "/finalized") << ms << " " << mono_ns() << "\n";
   std::fflush(nullptr);
   std::exit(0);  // runs the plugin's exit handler
@@ -845,7 +888,8 @@ TEST_CASE("a hung sink at teardown: finalize returns within its bound, and at ex
   CHECK(records == n_ops);
 }
 
-TEST_CASE("a sink that never recovers: finalize within its bound, process exit within NCCLINSP_EXIT_FLUSH_MS", "[reliability][teardown]") {
+TEST_CASE("a sink that never recovers: finalize within its bound, process exit within NCCLINSP_EXIT_FLUSH_MS",
+          "[reliability][teardown]") {
   // Nobody ever opens the FIFO: the final export never finishes. exit() waits for it exactly
   // NCCLINSP_EXIT_FLUSH_MS (here 300 ms), then the process ends anyway.
   const std::string dir = fresh_dir("rel");
@@ -854,7 +898,8 @@ TEST_CASE("a sink that never recovers: finalize within its bound, process exit w
   int st = 0;
   pid_t done = 0;
   const auto limit = std::chrono::steady_clock::now() + 10s;
-  while ((done = ::waitpid(pid, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < limit) std::this_thread::sleep_for(5ms);
+  while ((done = ::waitpid(pid, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(5ms);
   const std::uint64_t exited = mono_ns();
   if (done == 0) {
     ::kill(pid, SIGKILL);
@@ -978,7 +1023,7 @@ TEST_CASE("finalize racing NCCL's threads: events during and after finalize, ker
               });
               while (progressed.load(std::memory_order_acquire) < per_round / 2) std::this_thread::yield();
               for (int i = 1; i < per_round / 2; i += 2) t->stopEvent(ops[i]);  // Coll stops racing the kernels
-              t->finalize(c.ctx);  // half the ops may still be in flight
+              t->finalize(c.ctx);                                               // half the ops may still be in flight
               finalized.store(true, std::memory_order_release);
               for (int i = per_round / 2 + 1; i < per_round; i += 2) t->stopEvent(ops[i]);  // late Coll stops: ignored
               proxy.join();
@@ -1007,7 +1052,8 @@ TEST_CASE("finalize racing NCCL's threads: events during and after finalize, ker
 
 // ---- 8. fork, re-init, two processes ---------------------------------------------------------------------
 
-TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and leaves the parent's files alone", "[reliability][fork]") {
+TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and leaves the parent's files alone",
+          "[reliability][fork]") {
   // A data-loader worker or a launcher forks a process that has NCCL communicators. The child has
   // only the forking thread: the exporter thread is gone and the plugin's locks may be copied
   // held. It must not wait for that exporter (at finalize or at exit) nor write the parent's files.
@@ -1021,7 +1067,8 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
             sim::comm_driver c(lib, {.comm_hash = 31, .name = "parent", .n_ranks = 2});
             one_op(c);
             const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
-            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 1; })) return 1;
+            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 1; }))
+              return 1;
             const std::uint64_t before = mono_ns();
             std::fflush(nullptr);
             const pid_t pid = ::fork();
@@ -1044,14 +1091,16 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
             }
             // The parent goes on: its file is still there and gets the next op.
             one_op(c, t0 + 1'000'000);
-            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 2; })) return 5;
+            if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 2; }))
+              return 5;
             if (slurp(prom).find("comm_name=\"child\"") != std::string::npos) return 6;
             return 0;
           }) == 0);
   CHECK(files_in(dir, ".prom").empty());  // KEEP_FILES=0: the parent removed it at its own teardown
 }
 
-TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither hides the other", "[reliability][twoproc]") {
+TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither hides the other",
+          "[reliability][twoproc]") {
   // Two processes on the same GPU (MPS, two jobs on one node) name their file after the same
   // UUID. Sharing it, each export would replace the other process's series. The first keeps the
   // name, the second writes `..._<uuid>-pid<pid>.prom` (node_exporter reads every *.prom).
@@ -1108,7 +1157,8 @@ TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither
   CHECK(seen_b == 1);
 }
 
-TEST_CASE("re-init while the old exporter is still writing, after dlclose and dlopen: both exports land, no torn file", "[reliability][reinit]") {
+TEST_CASE("re-init while the old exporter is still writing, after dlclose and dlopen: both exports land, no torn file",
+          "[reliability][reinit]") {
   // The last communicator is destroyed while the final export is stuck (the JSON file is a FIFO
   // nobody reads yet), NCCL unloads the plugin (dlclose) and loads it again for a new
   // communicator. The new exporter must run beside the old one; readers of the .prom file see
@@ -1162,12 +1212,15 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
             const auto records_of = [&](const char* name) {
               std::lock_guard lk(json_mu);
               std::size_t n = 0;
-              for (std::size_t p = 0; (p = json.find(std::string("\"comm_name\":\"") + name + "\"", p)) != std::string::npos; ++p) ++n;
+              for (std::size_t p = 0;
+                   (p = json.find(std::string("\"comm_name\":\"") + name + "\"", p)) != std::string::npos; ++p)
+                ++n;
               return n;
             };
             const bool both = wait_for([&] {
               const std::string text = slurp(prom);
-              return sample(text, "ncclinsp_ops_total", {"comm_name=\"before\""}) == 20 && sample(text, "ncclinsp_ops_total", {"comm_name=\"after\""}) == 7;
+              return sample(text, "ncclinsp_ops_total", {"comm_name=\"before\""}) == 20 &&
+                     sample(text, "ncclinsp_ops_total", {"comm_name=\"after\""}) == 7;
             });
             b.finalize();
             // The old exporter's final export (before) and the new one's (after) reach the file.
@@ -1184,7 +1237,8 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
             }
             drain.join();
             if (!landed) {
-              std::fprintf(stderr, "JSON: %zu records of before, %zu of after\n", records_of("before"), records_of("after"));
+              std::fprintf(stderr, "JSON: %zu records of before, %zu of after\n", records_of("before"),
+                           records_of("after"));
               return 7;
             }
             if (!both) return 5;
@@ -1196,39 +1250,42 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
           }) == 0);
 }
 
-TEST_CASE("4096 live communicators: the next one runs without ncclinsp and is counted as comm_table_full", "[reliability][limits]") {
+TEST_CASE("4096 live communicators: the next one runs without ncclinsp and is counted as comm_table_full",
+          "[reliability][limits]") {
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_COLL_POOL_SIZE"] = "10";  // small pools: 4096 communicators in little memory
   env["NCCL_INSPECTOR_ENABLE_P2P"] = "0";
   constexpr int limit = 4096;
-  REQUIRE(in_child(env, [] {
-            sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
-            set_device(0);
-            const auto* t = lib.table<abi::newest>();
-            std::vector<void*> ctx(limit + 1, nullptr);
-            int mask = 0;
-            for (int i = 0; i < limit; ++i) {
-              std::string name = "c";  // not "c" + std::to_string(i): GCC 12 -O3 reports a false -Wrestrict in operator+
-              name += std::to_string(i);
-              if (t->init(&ctx[i], 1000u + i, &mask, name.c_str(), 1, 2, 0, capture_logger) != abi::success || !ctx[i]) {
-                std::fprintf(stderr, "communicator %d refused\n", i);
-                return 1;
-              }
-            }
-            // One more while all 4096 are live: an error from init (NCCL runs it without a
-            // profiler), one warning, and the drop counted.
-            if (t->init(&ctx[limit], 99, &mask, "one_too_many", 1, 2, 0, capture_logger) == abi::success || ctx[limit]) return 2;
-            if (warnings_containing("communicator table full") != 1) return 3;
-            // A finalized communicator's slot is taken over by the next one (the longest-retired).
-            t->finalize(ctx[7]);
-            void* again = nullptr;
-            if (t->init(&again, 98, &mask, "after_one_left", 1, 2, 0, capture_logger) != abi::success || !again) return 4;
-            for (int i = 0; i < limit; ++i)
-              if (i != 7) t->finalize(ctx[i]);
-            t->finalize(again);
-            return 0;
-          }) == 0);
+  REQUIRE(
+      in_child(env, [] {
+        sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
+        set_device(0);
+        const auto* t = lib.table<abi::newest>();
+        std::vector<void*> ctx(limit + 1, nullptr);
+        int mask = 0;
+        for (int i = 0; i < limit; ++i) {
+          std::string name = "c";  // not "c" + std::to_string(i): GCC 12 -O3 reports a false -Wrestrict in operator+
+          name += std::to_string(i);
+          if (t->init(&ctx[i], 1000u + i, &mask, name.c_str(), 1, 2, 0, capture_logger) != abi::success || !ctx[i]) {
+            std::fprintf(stderr, "communicator %d refused\n", i);
+            return 1;
+          }
+        }
+        // One more while all 4096 are live: an error from init (NCCL runs it without a
+        // profiler), one warning, and the drop counted.
+        if (t->init(&ctx[limit], 99, &mask, "one_too_many", 1, 2, 0, capture_logger) == abi::success || ctx[limit])
+          return 2;
+        if (warnings_containing("communicator table full") != 1) return 3;
+        // A finalized communicator's slot is taken over by the next one (the longest-retired).
+        t->finalize(ctx[7]);
+        void* again = nullptr;
+        if (t->init(&again, 98, &mask, "after_one_left", 1, 2, 0, capture_logger) != abi::success || !again) return 4;
+        for (int i = 0; i < limit; ++i)
+          if (i != 7) t->finalize(ctx[i]);
+        t->finalize(again);
+        return 0;
+      }) == 0);
   const std::string text = slurp(files_in(dir, ".prom").at(0));
   CHECK(sample(text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 1);
   CHECK(text.find("comm_name=\"one_too_many\"") == std::string::npos);

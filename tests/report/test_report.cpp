@@ -51,8 +51,8 @@ TEST_CASE("reader: golden job directory (rotation, truncated line, unknown kind,
   CHECK(j.warn.count("malformed JSON line") == 0);
 
   rep::analysis a = rep::analyze(j, {});
-  CHECK(a.matched_ops == 6);      // world sn 0..3, tp sn 0..1
-  CHECK(a.incomplete_ops == 5);   // world sn 1,2 (3/4), sn 3 (2/4), tp sn 0,1 (1/2)
+  CHECK(a.matched_ops == 6);     // world sn 0..3, tp sn 0..1
+  CHECK(a.incomplete_ops == 5);  // world sn 1,2 (3/4), sn 3 (2/4), tp sn 0,1 (1/2)
   REQUIRE(a.missing_ranks.size() == 1);
   CHECK(a.missing_ranks[0].find("tp 0xaaaabbbbccccdddd: 1 of 2 ranks never seen (1)") != std::string::npos);
   CHECK(j.warn.count("op seen on fewer ranks than n_ranks (missing rank files, drops or a hang)") == 5);
@@ -125,9 +125,10 @@ TEST_CASE("reader: no straggler when all hosts agree, threshold") {
   for (int sn = 0; sn < 3; ++sn)
     for (int r = 0; r < 2; ++r)
       f << R"({"header":{"id":"0x00000000000000ab","comm_name":"x","rank":)" << r
-        << R"(,"n_ranks":2,"nnodes":2},"metadata":{"inspector_output_format_version":"v4.3","git_rev":"ncclinsp-0.1.0","hostname":"h)" << r
-        << R"(","pid":1},"coll_perf":{"coll":"AllGather","coll_sn":)" << sn << R"(,"coll_msg_size_bytes":65536,"coll_exec_time_us":)"
-        << (r ? "9.5" : "10.0") << R"(,"coll_busbw_gbs":)" << (r ? "10.5" : "10.0") << "}}\n";  // h1 arrives 0.5 us late
+        << R"(,"n_ranks":2,"nnodes":2},"metadata":{"inspector_output_format_version":"v4.3","git_rev":"ncclinsp-0.1.0","hostname":"h)"
+        << r << R"(","pid":1},"coll_perf":{"coll":"AllGather","coll_sn":)" << sn
+        << R"(,"coll_msg_size_bytes":65536,"coll_exec_time_us":)" << (r ? "9.5" : "10.0") << R"(,"coll_busbw_gbs":)"
+        << (r ? "10.5" : "10.0") << "}}\n";  // h1 arrives 0.5 us late
   f.close();
   rep::job j = rep::read_job({d});
   CHECK(j.ops.size() == 6);
@@ -175,7 +176,8 @@ ncclinsp::snapshot make_snap(std::uint64_t first_seq, int n) {
   s.time_unix_ns = 1700000000000000000ull;
   s.identity = {.node = "node7", .hostname = "host7", .pid = 4242};
   ncclinsp::comm_snapshot c;
-  c.desc = {.name = "tp", .hash = 0xfedcba9876543210ull, .rank = 1, .nranks = 4, .nnodes = 1, .device = 3, .uuid = "GPU-abc"};
+  c.desc = {
+      .name = "tp", .hash = 0xfedcba9876543210ull, .rank = 1, .nranks = 4, .nnodes = 1, .device = 3, .uuid = "GPU-abc"};
   s.comms.push_back(c);
   c.desc = {.name = "dp", .hash = 0x42, .rank = 0, .nranks = 2, .nnodes = 2, .device = 3, .uuid = "GPU-abc"};
   s.comms.push_back(c);
@@ -306,8 +308,10 @@ TEST_CASE("trace sink: records with an op_trace get one track per channel, right
   auto snap = make_snap(0, 1);  // one AllReduce of tp on channels 6 and 2 (in start order)
   ncclinsp::op_trace t;
   t.n_channels = 2;
-  t.channels[0] = {.gpu_start_ns = snap.records[0].op.start_ns + 1000, .gpu_stop_ns = snap.records[0].op.end_ns, .channel = 6};
-  t.channels[1] = {.gpu_start_ns = snap.records[0].op.start_ns, .gpu_stop_ns = snap.records[0].op.end_ns - 500, .channel = 2};
+  t.channels[0] = {
+      .gpu_start_ns = snap.records[0].op.start_ns + 1000, .gpu_stop_ns = snap.records[0].op.end_ns, .channel = 6};
+  t.channels[1] = {
+      .gpu_start_ns = snap.records[0].op.start_ns, .gpu_stop_ns = snap.records[0].op.end_ns - 500, .channel = 2};
   snap.traces.push_back(t);
   snap.records[0].trace = 0;
   REQUIRE(s.write(snap) == ncclinsp::export_result::success);
@@ -315,21 +319,24 @@ TEST_CASE("trace sink: records with an op_trace get one track per channel, right
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   REQUIRE(!p.load(s.path()).get(doc));
-  std::map<std::string, std::uint64_t> sort_of;  // track name -> sort index
-  std::map<std::uint64_t, std::string> name_of;  // tid -> track name
+  std::map<std::string, std::uint64_t> sort_of;               // track name -> sort index
+  std::map<std::uint64_t, std::string> name_of;               // tid -> track name
   std::map<std::int64_t, std::pair<double, double>> span_of;  // channel -> (ts, dur)
   std::uint64_t op_events = 0;
   for (auto e : doc["traceEvents"].get_array()) {
     const std::string_view ph = e["ph"].get_string().value();
-    if (ph == "M" && e["name"].get_string().value() == "thread_name") name_of[e["tid"].get_uint64().value()] = std::string(e["args"]["name"].get_string().value());
-    if (ph == "M" && e["name"].get_string().value() == "thread_sort_index") sort_of[name_of[e["tid"].get_uint64().value()]] = e["args"]["sort_index"].get_uint64().value();
+    if (ph == "M" && e["name"].get_string().value() == "thread_name")
+      name_of[e["tid"].get_uint64().value()] = std::string(e["args"]["name"].get_string().value());
+    if (ph == "M" && e["name"].get_string().value() == "thread_sort_index")
+      sort_of[name_of[e["tid"].get_uint64().value()]] = e["args"]["sort_index"].get_uint64().value();
     if (ph != "X") continue;
     if (e["cat"].get_string().value() != "channel") {
       ++op_events;
       continue;
     }
     CHECK(e["args"]["busbw_gbs"].error());  // a channel's byte share is unknown: no bandwidth
-    CHECK(name_of[e["tid"].get_uint64().value()] == "tp 0xfedcba9876543210 rank 1/4 ch " + std::to_string(e["args"]["channel"].get_int64().value()));
+    CHECK(name_of[e["tid"].get_uint64().value()] ==
+          "tp 0xfedcba9876543210 rank 1/4 ch " + std::to_string(e["args"]["channel"].get_int64().value()));
     span_of[e["args"]["channel"].get_int64().value()] = {e["ts"].get_double().value(), e["dur"].get_double().value()};
   }
   CHECK(op_events == 1);
@@ -352,7 +359,8 @@ TEST_CASE("trace sink: SIGUSR2 requests a dump, node grouping, any_sink") {
   dfl.sa_handler = SIG_DFL;
   ::sigaction(SIGUSR2, &dfl, nullptr);
   {
-    ncclinsp::trace_sink s({.dir = d, .grouping = ncclinsp::trace_grouping::node, .install_sigusr2 = true, .write_at_exit = false});
+    ncclinsp::trace_sink s(
+        {.dir = d, .grouping = ncclinsp::trace_grouping::node, .install_sigusr2 = true, .write_at_exit = false});
     REQUIRE(s.write(make_snap(0, 3)) == ncclinsp::export_result::success);
     CHECK(s.dumps() == 0);
     REQUIRE(::raise(SIGUSR2) == 0);

@@ -23,7 +23,9 @@ namespace abi = ncclinsp::abi;
 
 std::mutex g_mu;
 std::vector<rec_event> g_log;
-struct slot { std::uint64_t type, id; };
+struct slot {
+  std::uint64_t type, id;
+};
 std::deque<slot> g_handles;
 int g_contexts[1 << 12];
 int g_live_contexts = 0;
@@ -32,7 +34,10 @@ int g_init_mask = -1;
 std::uint64_t g_counter = 0;
 
 void copy(char* dst, std::size_t n, const char* src) {
-  if (!src) { dst[0] = '\0'; return; }
+  if (!src) {
+    dst[0] = '\0';
+    return;
+  }
   std::snprintf(dst, n, "%s", src);
 }
 
@@ -59,7 +64,8 @@ int init_mask() {
   return 0x46;
 }
 
-template <int V> abi::result_t init_common(void** ctx, std::uint64_t hash, int* mask, const char* name, int nn, int nr, int r) {
+template <int V>
+abi::result_t init_common(void** ctx, std::uint64_t hash, int* mask, const char* name, int nn, int nr, int r) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_init);
   e.comm_hash = hash;
@@ -76,63 +82,94 @@ template <int V> abi::result_t init_common(void** ctx, std::uint64_t hash, int* 
   return abi::success;
 }
 
-template <int V, class D> void fill(rec_event& e, const D& d) {
+template <int V, class D>
+void fill(rec_event& e, const D& d) {
   using namespace abi;
   e.type = d.type;
   e.parent = d.parentObj;
   e.rank = d.rank;
   switch (std::uint64_t(d.type)) {
     case ev_coll:
-      e.seq = d.coll.seqNumber; copy(e.func, sizeof e.func, d.coll.func); copy(e.datatype, sizeof e.datatype, d.coll.datatype);
-      copy(e.algo, sizeof e.algo, d.coll.algo); copy(e.proto, sizeof e.proto, d.coll.proto);
-      e.count = d.coll.count; e.root = d.coll.root; e.n_channels = d.coll.nChannels;
+      e.seq = d.coll.seqNumber;
+      copy(e.func, sizeof e.func, d.coll.func);
+      copy(e.datatype, sizeof e.datatype, d.coll.datatype);
+      copy(e.algo, sizeof e.algo, d.coll.algo);
+      copy(e.proto, sizeof e.proto, d.coll.proto);
+      e.count = d.coll.count;
+      e.root = d.coll.root;
+      e.n_channels = d.coll.nChannels;
       if constexpr (V >= 5) e.parent_group = d.coll.parentGroup;
-      if constexpr (V >= 7) { e.user_tag = d.coll.userTag; e.is_sym = d.coll.isSymColl; copy(e.kernel_variant, sizeof e.kernel_variant, d.coll.kernelVariant); }
+      if constexpr (V >= 7) {
+        e.user_tag = d.coll.userTag;
+        e.is_sym = d.coll.isSymColl;
+        copy(e.kernel_variant, sizeof e.kernel_variant, d.coll.kernelVariant);
+      }
       break;
     case ev_p2p:
-      copy(e.func, sizeof e.func, d.p2p.func); copy(e.datatype, sizeof e.datatype, d.p2p.datatype);
-      e.count = d.p2p.count; e.peer = d.p2p.peer; e.n_channels = d.p2p.nChannels;
+      copy(e.func, sizeof e.func, d.p2p.func);
+      copy(e.datatype, sizeof e.datatype, d.p2p.datatype);
+      e.count = d.p2p.count;
+      e.peer = d.p2p.peer;
+      e.n_channels = d.p2p.nChannels;
       if constexpr (V >= 5) e.parent_group = d.p2p.parentGroup;
       if constexpr (V >= 7) e.user_tag = d.p2p.userTag;
       break;
     case ev_proxy_op:
-      e.pid = d.proxyOp.pid; e.channel_id = d.proxyOp.channelId; e.peer = d.proxyOp.peer;
-      e.count = std::size_t(d.proxyOp.isSend); break;
+      e.pid = d.proxyOp.pid;
+      e.channel_id = d.proxyOp.channelId;
+      e.peer = d.proxyOp.peer;
+      e.count = std::size_t(d.proxyOp.isSend);
+      break;
     case ev_kernel_ch:
-      e.channel_id = d.kernelCh.channelId; e.ptimer = d.kernelCh.pTimer; break;
-    default: break;
+      e.channel_id = d.kernelCh.channelId;
+      e.ptimer = d.kernelCh.pTimer;
+      break;
+    default:
+      break;
   }
   if constexpr (V >= 5) {
     switch (std::uint64_t(d.type)) {
-      case ev_group_api: e.group_depth = d.groupApi.groupDepth; break;
+      case ev_group_api:
+        e.group_depth = d.groupApi.groupDepth;
+        break;
       case ev_coll_api:
-        copy(e.func, sizeof e.func, d.collApi.func); copy(e.datatype, sizeof e.datatype, d.collApi.datatype);
-        e.count = d.collApi.count; e.root = d.collApi.root;
+        copy(e.func, sizeof e.func, d.collApi.func);
+        copy(e.datatype, sizeof e.datatype, d.collApi.datatype);
+        e.count = d.collApi.count;
+        e.root = d.collApi.root;
         if constexpr (V >= 7) e.user_tag = d.collApi.userTag;
         break;
       case ev_p2p_api:
-        copy(e.func, sizeof e.func, d.p2pApi.func); copy(e.datatype, sizeof e.datatype, d.p2pApi.datatype); e.count = d.p2pApi.count;
+        copy(e.func, sizeof e.func, d.p2pApi.func);
+        copy(e.datatype, sizeof e.datatype, d.p2pApi.datatype);
+        e.count = d.p2pApi.count;
         if constexpr (V >= 7) e.user_tag = d.p2pApi.userTag;
         break;
-      default: break;
+      default:
+        break;
     }
   }
   if constexpr (V >= 6) {
     if (d.type == ev_ce_coll) {
-      e.seq = d.ceColl.seqNumber; copy(e.func, sizeof e.func, d.ceColl.func); copy(e.datatype, sizeof e.datatype, d.ceColl.datatype);
+      e.seq = d.ceColl.seqNumber;
+      copy(e.func, sizeof e.func, d.ceColl.func);
+      copy(e.datatype, sizeof e.datatype, d.ceColl.datatype);
       e.count = d.ceColl.count;
       if constexpr (V >= 7) e.user_tag = d.ceColl.userTag;
     }
   }
   if constexpr (V >= 7) {
     if (d.type == ev_kernel_phase) {
-      e.channel_id = d.kernelPhase.channelId; e.phase_id = d.kernelPhase.phaseId; e.ptimer = d.kernelPhase.pTimer;
+      e.channel_id = d.kernelPhase.channelId;
+      e.phase_id = d.kernelPhase.phaseId;
+      e.ptimer = d.kernelPhase.pTimer;
       copy(e.func, sizeof e.func, d.kernelPhase.phaseName);
     }
   }
 }
 
-template <int V, class D> abi::result_t start_event(void* ctx, void** h, D* d) {
+template <int V, class D>
+abi::result_t start_event(void* ctx, void** h, D* d) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_start);
   e.context = ctx;
@@ -143,7 +180,8 @@ template <int V, class D> abi::result_t start_event(void* ctx, void** h, D* d) {
   return abi::success;
 }
 
-template <int V> abi::result_t stop_event(void* h) {
+template <int V>
+abi::result_t stop_event(void* h) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_stop);
   e.handle = h;
@@ -152,7 +190,8 @@ template <int V> abi::result_t stop_event(void* h) {
   return abi::success;
 }
 
-template <int V> abi::result_t record_event(void* h, abi::event_state s, abi::state_args* a) {
+template <int V>
+abi::result_t record_event(void* h, abi::event_state s, abi::state_args* a) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_record);
   e.handle = h;
@@ -186,15 +225,16 @@ void dump_trace() {
   for (const auto& e : g_log) {
     if (e.type != abi::ev_proxy_op && e.type != abi::ev_proxy_step) continue;
     const auto it = names.find(e.context);
-    std::fprintf(f, "%d %llu %p %p %d %llu %llu %d %d %d %d %s\n", e.call, (unsigned long long)e.type, e.handle, e.parent,
-                 e.state, (unsigned long long)e.arg, (unsigned long long)e.wall_ns, e.rank, e.peer, e.channel_id,
-                 e.call == rec_call_start && e.type == abi::ev_proxy_op ? int(e.count) : -1,
+    std::fprintf(f, "%d %llu %p %p %d %llu %llu %d %d %d %d %s\n", e.call, (unsigned long long)e.type, e.handle,
+                 e.parent, e.state, (unsigned long long)e.arg, (unsigned long long)e.wall_ns, e.rank, e.peer,
+                 e.channel_id, e.call == rec_call_start && e.type == abi::ev_proxy_op ? int(e.count) : -1,
                  it != names.end() ? it->second : "-");
   }
   std::fclose(f);
 }
 
-template <int V> abi::result_t finalize_ctx(void* ctx) {
+template <int V>
+abi::result_t finalize_ctx(void* ctx) {
   std::lock_guard lk(g_mu);
   rec_event e = blank(V, rec_call_finalize);
   e.context = ctx;
@@ -209,7 +249,8 @@ template <int V> abi::result_t finalize_ctx(void* ctx) {
 abi::result_t init_v4(void** c, int* m, const char* n, std::uint64_t h, int nn, int nr, int r, abi::logger_t) {
   return init_common<4>(c, h, m, n, nn, nr, r);
 }
-template <int V> abi::result_t init_v5(void** c, std::uint64_t h, int* m, const char* n, int nn, int nr, int r, abi::logger_t) {
+template <int V>
+abi::result_t init_v5(void** c, std::uint64_t h, int* m, const char* n, int nn, int nr, int r, abi::logger_t) {
   return init_common<V>(c, h, m, n, nn, nr, r);
 }
 }  // namespace
@@ -218,14 +259,14 @@ template <int V> abi::result_t init_v5(void** c, std::uint64_t h, int* m, const 
 #define REC_TABLE __attribute__((visibility("default")))
 extern "C" {
 
-REC_TABLE abi::profiler_v4 ncclProfiler_v4 = {"recording-v4", init_v4, start_event<4, abi::descr_v4>, stop_event<4>,
-                                                 record_event<4>, finalize_ctx<4>};
-REC_TABLE abi::profiler_v5 ncclProfiler_v5 = {"recording-v5", init_v5<5>, start_event<5, abi::descr_v5>, stop_event<5>,
-                                                 record_event<5>, finalize_ctx<5>};
-REC_TABLE abi::profiler_v6 ncclProfiler_v6 = {"recording-v6", init_v5<6>, start_event<6, abi::descr_v6>, stop_event<6>,
-                                                 record_event<6>, finalize_ctx<6>};
-REC_TABLE abi::profiler_v7 ncclProfiler_v7 = {"recording-v7", init_v5<7>, start_event<7, abi::descr_v7>, stop_event<7>,
-                                                 record_event<7>, finalize_ctx<7>};
+REC_TABLE abi::profiler_v4 ncclProfiler_v4 = {"recording-v4", init_v4,         start_event<4, abi::descr_v4>,
+                                              stop_event<4>,  record_event<4>, finalize_ctx<4>};
+REC_TABLE abi::profiler_v5 ncclProfiler_v5 = {"recording-v5", init_v5<5>,      start_event<5, abi::descr_v5>,
+                                              stop_event<5>,  record_event<5>, finalize_ctx<5>};
+REC_TABLE abi::profiler_v6 ncclProfiler_v6 = {"recording-v6", init_v5<6>,      start_event<6, abi::descr_v6>,
+                                              stop_event<6>,  record_event<6>, finalize_ctx<6>};
+REC_TABLE abi::profiler_v7 ncclProfiler_v7 = {"recording-v7", init_v5<7>,      start_event<7, abi::descr_v7>,
+                                              stop_event<7>,  record_event<7>, finalize_ctx<7>};
 }  // extern "C"
 
 REC_EXPORT void rec_reset() {

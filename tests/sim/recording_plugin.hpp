@@ -4,16 +4,16 @@
 #include <cstdint>
 
 struct rec_event {
-  int abi;           ///< table version that was called
-  int call;          ///< rec_call_*
+  int abi;   ///< table version that was called
+  int call;  ///< rec_call_*
   std::uint64_t type;
-  void* handle;      ///< start: returned handle; stop/record: the handle passed
+  void* handle;  ///< start: returned handle; stop/record: the handle passed
   void* parent;
   void* context;
   int rank;
-  int state;         ///< record: state
-  bool args_null;    ///< record: eStateArgs == NULL
-  std::uint64_t arg; ///< record: first 8 bytes of the args (pTimer / transSize / appendedProxyOps / data)
+  int state;          ///< record: state
+  bool args_null;     ///< record: eStateArgs == NULL
+  std::uint64_t arg;  ///< record: first 8 bytes of the args (pTimer / transSize / appendedProxyOps / data)
   std::uint64_t seq;
   char func[24];
   char datatype[24];
@@ -39,7 +39,13 @@ struct rec_event {
   std::uint64_t wall_ns;  ///< CLOCK_MONOTONIC at the call
 };
 
-enum rec_call : int { rec_call_init = 0, rec_call_start = 1, rec_call_stop = 2, rec_call_record = 3, rec_call_finalize = 4 };
+enum rec_call : int {
+  rec_call_init = 0,
+  rec_call_start = 1,
+  rec_call_stop = 2,
+  rec_call_record = 3,
+  rec_call_finalize = 4
+};
 
 extern "C" {
 using rec_reset_fn = void (*)();

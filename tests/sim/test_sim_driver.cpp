@@ -166,10 +166,10 @@ TEST_CASE("v5+ single AllReduce: API events, plan events, KernelCh", "[sim][v5]"
     const auto ev = r.events();
     using namespace abi;
     const std::vector<std::string> want = {
-        S(1, ev_group_api), S(3, ev_group_api, 23), S(1, ev_coll_api), S(2, ev_coll_api), S(3, ev_group_api, 24),
-        S(1, ev_group), S(1, ev_coll), S(2, ev_coll), S(2, ev_group), S(2, ev_group_api),
-        S(1, ev_kernel_ch), S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch),
-        S(1, ev_kernel_ch), S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)};
+        S(1, ev_group_api),     S(3, ev_group_api, 23), S(1, ev_coll_api),      S(2, ev_coll_api),
+        S(3, ev_group_api, 24), S(1, ev_group),         S(1, ev_coll),          S(2, ev_coll),
+        S(2, ev_group),         S(2, ev_group_api),     S(1, ev_kernel_ch),     S(3, ev_kernel_ch, 22),
+        S(2, ev_kernel_ch),     S(1, ev_kernel_ch),     S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)};
     CHECK(sigs(ev) == want);
     REQUIRE(ev.size() == want.size());
     const auto& gapi = ev[0];
@@ -237,7 +237,8 @@ TEST_CASE("v4: no API events, uint8 type, Coll parent is the Group", "[sim][v4]"
     const pending_op q = c.enqueue(allreduce(10, 1));
     c.complete(q, 5, 9);
     const auto e2 = r.events();
-    CHECK(sigs(e2) == std::vector<std::string>{S(1, ev_group), S(1, ev_kernel_ch), S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)});
+    CHECK(sigs(e2) ==
+          std::vector<std::string>{S(1, ev_group), S(1, ev_kernel_ch), S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)});
     CHECK(e2[1].parent == nullptr);
   }
   SECTION("P2P nChannels: set natively, garbage through the shim") {
@@ -450,11 +451,10 @@ TEST_CASE("v7: user tags, symmetric kernels and kernel phases", "[sim][v7]") {
     if (in) ch0.push_back(sig(e));
     if (in && e.call == rec_call_stop && e.type == ev_kernel_ch) break;
   }
-  const std::vector<std::string> want = {S(1, ev_kernel_ch),
-                                         S(1, ev_kernel_phase), S(3, ev_kernel_phase, 31), S(2, ev_kernel_phase),
-                                         S(1, ev_kernel_phase), S(3, ev_kernel_phase, 31), S(2, ev_kernel_phase),
-                                         S(1, ev_kernel_phase), S(3, ev_kernel_phase, 31), S(2, ev_kernel_phase),
-                                         S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)};
+  const std::vector<std::string> want = {S(1, ev_kernel_ch),    S(1, ev_kernel_phase),  S(3, ev_kernel_phase, 31),
+                                         S(2, ev_kernel_phase), S(1, ev_kernel_phase),  S(3, ev_kernel_phase, 31),
+                                         S(2, ev_kernel_phase), S(1, ev_kernel_phase),  S(3, ev_kernel_phase, 31),
+                                         S(2, ev_kernel_phase), S(3, ev_kernel_ch, 22), S(2, ev_kernel_ch)};
   CHECK(ch0 == want);
   const auto* ph0 = find_start(ev, ev_kernel_phase, 0);
   CHECK(ph0->parent == kh);
@@ -486,9 +486,10 @@ TEST_CASE("CE collectives (v6+) and Broadcast visibility", "[sim][ce]") {
   const pending_op p = c.enqueue(d);
   c.complete(p, 1, 2);
   auto ev = r.events();
-  CHECK(sigs(ev) == std::vector<std::string>{S(1, ev_group_api), S(3, ev_group_api, 23), S(1, ev_coll_api), S(2, ev_coll_api),
-                                             S(3, ev_group_api, 24), S(1, ev_ce_coll), S(1, ev_ce_sync), S(2, ev_ce_sync),
-                                             S(1, ev_ce_batch), S(2, ev_ce_batch), S(2, ev_ce_coll), S(2, ev_group_api)});
+  CHECK(sigs(ev) == std::vector<std::string>{S(1, ev_group_api), S(3, ev_group_api, 23), S(1, ev_coll_api),
+                                             S(2, ev_coll_api), S(3, ev_group_api, 24), S(1, ev_ce_coll),
+                                             S(1, ev_ce_sync), S(2, ev_ce_sync), S(1, ev_ce_batch), S(2, ev_ce_batch),
+                                             S(2, ev_ce_coll), S(2, ev_group_api)});
   CHECK(find_start(ev, ev_ce_coll)->parent == find_start(ev, ev_coll_api)->handle);
   CHECK(find_start(ev, ev_ce_sync)->parent == find_start(ev, ev_ce_coll)->handle);
 
@@ -565,10 +566,20 @@ TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels,
     // Channel 0: a send whose receiver is late (PeerWait), channel 1: a recv; kernel 100..900 on both.
     const kernel_time kt[2] = {{100, 900}, {100, 880}};
     proxy_plan pl[2];
-    pl[0].channel = 0; pl[0].is_send = true; pl[0].peer = 3; pl[0].start = 100; pl[0].step_bytes = 4096; pl[0].n_steps = 2;
+    pl[0].channel = 0;
+    pl[0].is_send = true;
+    pl[0].peer = 3;
+    pl[0].start = 100;
+    pl[0].step_bytes = 4096;
+    pl[0].n_steps = 2;
     pl[0].steps[0] = {100, 100, 400, 500};
     pl[0].steps[1] = {100, 600, 600, 700};
-    pl[1].channel = 1; pl[1].is_send = false; pl[1].peer = 1; pl[1].start = 100; pl[1].step_bytes = 4096; pl[1].n_steps = 1;
+    pl[1].channel = 1;
+    pl[1].is_send = false;
+    pl[1].peer = 1;
+    pl[1].start = 100;
+    pl[1].step_bytes = 4096;
+    pl[1].n_steps = 1;
     pl[1].steps[0] = {100, 450, 450, 460};
     const timed_op ops[1] = {{&p, std::span<const kernel_time>(kt, 2), std::span<const proxy_plan>(pl, 2)}};
     std::vector<std::uint64_t> waits;
@@ -612,9 +623,12 @@ TEST_CASE("complete_timed: NCCL's proxy state order, time order across channels,
     REQUIRE(send0);
     int n_send = 0, n_recv = 0;
     for (const auto& [h, st] : states) {
-      if (st == std::vector<int>{8, 20, 9}) ++n_send;
-      else if (st == std::vector<int>{10, 11, 12}) ++n_recv;
-      else FAIL("unexpected state sequence");
+      if (st == std::vector<int>{8, 20, 9})
+        ++n_send;
+      else if (st == std::vector<int>{10, 11, 12})
+        ++n_recv;
+      else
+        FAIL("unexpected state sequence");
     }
     CHECK(n_send == 2);
     CHECK(n_recv == 1);
@@ -711,9 +725,10 @@ TEST_CASE("ncclinsp-sim --single-process smoke run against the recording plugin"
   fs::create_directories(dir);
   const std::string dump = (dir / "counts.txt").string();
   const std::string summary = (dir / "summary.json").string();
-  const std::string cmd = "REC_PLUGIN_MASK=0x46 REC_PLUGIN_DUMP=" + dump + " " + exe + " --plugin " NCCLINSP_RECORDING_PLUGIN +
-                          " --single-process --nodes 2 --gpus 2 --duration 3 --speed 0 --out " + (dir / "out").string() +
-                          " --summary " + summary + " --net-degrade 50@1-2 --purge-inflight --hang-rank 3@2";
+  const std::string cmd =
+      "REC_PLUGIN_MASK=0x46 REC_PLUGIN_DUMP=" + dump + " " + exe + " --plugin " NCCLINSP_RECORDING_PLUGIN +
+      " --single-process --nodes 2 --gpus 2 --duration 3 --speed 0 --out " + (dir / "out").string() + " --summary " +
+      summary + " --net-degrade 50@1-2 --purge-inflight --hang-rank 3@2";
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::map<std::pair<int, std::uint64_t>, std::size_t> counts;
   std::ifstream f(dump);

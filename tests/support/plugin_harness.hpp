@@ -39,7 +39,8 @@ inline std::vector<std::string> files_in(const std::string& dir, const std::stri
     while (auto* e = ::readdir(d)) {
       const std::string n = e->d_name;
       if (n == "." || n == "..") continue;
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(dir + "/" + n);
+      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        out.push_back(dir + "/" + n);
     }
     ::closedir(d);
   }
@@ -89,7 +90,8 @@ inline std::string json_lines_check(const std::string& file) {
       "for l in data.decode('utf-8').splitlines():\n"
       "  json.loads(l); n+=1\n"
       "print('ok', n)\n";
-  const std::string script = "/tmp/ncclinsp_json_lines_check." + std::to_string(::getpid()) + ".py";  // one per test process
+  const std::string script =
+      "/tmp/ncclinsp_json_lines_check." + std::to_string(::getpid()) + ".py";  // one per test process
   std::ofstream(script) << py;
   const std::string out = run_cmd("python3 " + script + " '" + file + "' 2>&1");
   return out.rfind("ok", 0) == 0 ? "ok" : out;
@@ -122,8 +124,8 @@ inline int in_child(const std::map<std::string, std::string>& env, const std::fu
 inline std::string uuid_of(int ordinal) {
   char b[64];
   const int o = 0x10 * (ordinal + 1);
-  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1, o + 2, o + 3, o + 4, o + 5,
-                o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
+  std::snprintf(b, sizeof b, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", o, o + 1,
+                o + 2, o + 3, o + 4, o + 5, o + 6, o + 7, o + 8, o + 9, o + 10, o + 11, o + 12, o + 13, o + 14, o + 15);
   return b;
 }
 

@@ -11,8 +11,9 @@
 
 namespace fixture {
 
-inline ncclinsp::op_record op(ncclinsp::func f, std::uint64_t count, ncclinsp::dtype dt, std::uint64_t dur_ns, std::uint64_t seq,
-                              ncclinsp::algo a = ncclinsp::algo::ring, ncclinsp::proto p = ncclinsp::proto::simple) {
+inline ncclinsp::op_record op(ncclinsp::func f, std::uint64_t count, ncclinsp::dtype dt, std::uint64_t dur_ns,
+                              std::uint64_t seq, ncclinsp::algo a = ncclinsp::algo::ring,
+                              ncclinsp::proto p = ncclinsp::proto::simple) {
   ncclinsp::op_record o;
   o.fn = f;
   ncclinsp::set_size(o, count, dt);
@@ -30,14 +31,36 @@ inline ncclinsp::snapshot make_snapshot() {
   using namespace ncclinsp;
   collector_options co;
   co.record_ring_capacity = 64;
-  co.identity = {.node = "node0", .hostname = "host0", .slurm_job_id = "4242", .abi = "v7", .labels = {{"cluster", "a"}}, .pid = 77};
+  co.identity = {.node = "node0",
+                 .hostname = "host0",
+                 .slurm_job_id = "4242",
+                 .abi = "v7",
+                 .labels = {{"cluster", "a"}},
+                 .pid = 77};
   static collector<>* col = nullptr;  // kept alive: snapshots reference nothing, but keep it simple
   delete col;
   col = new collector<>(co);
-  const auto tp = col->add_comm({.name = "tp", .hash = 0xfedcba9876543210ull, .rank = 1, .nranks = 4, .nnodes = 1, .device = 3, .uuid = "GPU-11111111-2222-3333-4444-555555555555"});
-  const auto dp = col->add_comm({.name = "dp \"x\"\\y\nz", .hash = 0x0123456789abcdefull, .rank = 5, .nranks = 16, .nnodes = 4, .device = 3,
+  const auto tp = col->add_comm({.name = "tp",
+                                 .hash = 0xfedcba9876543210ull,
+                                 .rank = 1,
+                                 .nranks = 4,
+                                 .nnodes = 1,
+                                 .device = 3,
                                  .uuid = "GPU-11111111-2222-3333-4444-555555555555"});
-  const auto other = col->add_comm({.name = "", .hash = 7, .rank = 0, .nranks = 2, .nnodes = 2, .device = 0, .uuid = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"});
+  const auto dp = col->add_comm({.name = "dp \"x\"\\y\nz",
+                                 .hash = 0x0123456789abcdefull,
+                                 .rank = 5,
+                                 .nranks = 16,
+                                 .nnodes = 4,
+                                 .device = 3,
+                                 .uuid = "GPU-11111111-2222-3333-4444-555555555555"});
+  const auto other = col->add_comm({.name = "",
+                                    .hash = 7,
+                                    .rank = 0,
+                                    .nranks = 2,
+                                    .nnodes = 2,
+                                    .device = 0,
+                                    .uuid = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"});
   col->record(tp, op(func::all_reduce, 1u << 20, dtype::float32, 500'000, 10));
   col->record(tp, op(func::all_reduce, 1u << 20, dtype::float32, 250'000, 11));
   col->record(tp, op(func::all_gather, 1u << 20, dtype::int8, 200'000, 3, algo::nvls, proto::ll128));
@@ -46,7 +69,7 @@ inline ncclinsp::snapshot make_snapshot() {
   s.peer = 3;
   col->record(dp, s);
   col->record(dp, op(func::all_reduce, 0, dtype::float32, 1000, 2));  // invalid: zero bytes
-  col->record(other, op(func::broadcast, 8192, dtype::int8, 0, 1));    // invalid: zero duration
+  col->record(other, op(func::broadcast, 8192, dtype::int8, 0, 1));   // invalid: zero duration
   col->note_started(dp);
   col->note_filtered(tp, filter_reason::min_size);
   col->note_dropped(dp, drop_reason::op_pool_full);

@@ -46,24 +46,32 @@ snapshot churn_snapshot(int n, int sizes) {
   for (int c = 0; c < n; ++c) {
     std::string name = "c";  // not "c" + std::to_string(c): GCC 12 -O3 reports a false -Wrestrict in operator+
     name += std::to_string(c);
-    const auto h = col->add_comm({.name = name, .hash = 0x1000u + static_cast<std::uint64_t>(c), .rank = 0,
-                                  .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+    const auto h = col->add_comm({.name = name,
+                                  .hash = 0x1000u + static_cast<std::uint64_t>(c),
+                                  .rank = 0,
+                                  .nranks = 8,
+                                  .nnodes = 2,
+                                  .device = 0,
+                                  .uuid = "GPU-0"});
     for (int k = 0; k < sizes; ++k)
-      col->record(h, fixture::op(func::all_reduce, std::uint64_t{1} << (12 + 2 * k), dtype::int8, 100'000, static_cast<std::uint64_t>(k + 1)));
+      col->record(h, fixture::op(func::all_reduce, std::uint64_t{1} << (12 + 2 * k), dtype::int8, 100'000,
+                                 static_cast<std::uint64_t>(k + 1)));
   }
   return col->take_snapshot();
 }
 
 }  // namespace
 
-TEST_CASE("cardinality: dropped labels leave op and communicator families, not GPU ones", "[format][prom][cardinality]") {
+TEST_CASE("cardinality: dropped labels leave op and communicator families, not GPU ones",
+          "[format][prom][cardinality]") {
   const auto snap = fixture::make_snapshot();
   format::cardinality card;
   card.rank = card.comm_hash = card.uuid = card.algo_proto = false;
   std::string full, lean;
   format::write_prometheus(full, snap, gpu3);
   format::write_prometheus(lean, snap, gpu3, true, card);
-  for (const char* fam : {"ncclinsp_ops_total{", "ncclinsp_inflight_ops{", "nccl_bus_bandwidth_gbs{", "ncclinsp_op_duration_seconds_bucket{"})
+  for (const char* fam : {"ncclinsp_ops_total{", "ncclinsp_inflight_ops{", "nccl_bus_bandwidth_gbs{",
+                          "ncclinsp_op_duration_seconds_bucket{"})
     for (const auto& l : samples(lean, fam)) {
       INFO(l);
       CHECK(l.find("rank=") == std::string::npos);
@@ -72,14 +80,17 @@ TEST_CASE("cardinality: dropped labels leave op and communicator families, not G
       CHECK(l.find("algo_proto=") == std::string::npos);
       CHECK(l.find("gpu=\"GPU3\"") != std::string::npos);
     }
-  for (const auto& l : samples(lean, "ncclinsp_info{")) CHECK(l.find(std::string("uuid=\"") + gpu3 + "\"") != std::string::npos);
+  for (const auto& l : samples(lean, "ncclinsp_info{"))
+    CHECK(l.find(std::string("uuid=\"") + gpu3 + "\"") != std::string::npos);
   // Merging algo_proto variants keeps the totals.
   CHECK(sum_of(lean, "ncclinsp_ops_total") == sum_of(full, "ncclinsp_ops_total"));
   CHECK(sum_of(lean, "ncclinsp_bus_bytes_total") == Approx(sum_of(full, "ncclinsp_bus_bytes_total")));
   CHECK(lean.size() < full.size());
   // Two algorithms of one collective and size: two op sets, one without algo_proto.
-  collector<> col(collector_options{.identity = {.node = "n", .hostname = "h", .slurm_job_id = "1", .abi = "v7", .labels = {}, .pid = 1}});
-  const auto h = col.add_comm({.name = "dp", .hash = 1, .rank = 0, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+  collector<> col(collector_options{
+      .identity = {.node = "n", .hostname = "h", .slurm_job_id = "1", .abi = "v7", .labels = {}, .pid = 1}});
+  const auto h =
+      col.add_comm({.name = "dp", .hash = 1, .rank = 0, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
   col.record(h, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 100'000, 1, algo::ring, proto::simple));
   col.record(h, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 100'000, 2, algo::tree, proto::ll));
   const auto s2 = col.take_snapshot();
@@ -91,11 +102,15 @@ TEST_CASE("cardinality: dropped labels leave op and communicator families, not G
   CHECK(sum_of(b, "ncclinsp_ops_total") == 2);
 }
 
-TEST_CASE("cardinality: communicators that coincide without comm_hash share rows, never duplicate a series", "[format][prom][cardinality]") {
-  collector<> col(collector_options{.identity = {.node = "n", .hostname = "h", .slurm_job_id = "1", .abi = "v7", .labels = {}, .pid = 1}});
+TEST_CASE("cardinality: communicators that coincide without comm_hash share rows, never duplicate a series",
+          "[format][prom][cardinality]") {
+  collector<> col(collector_options{
+      .identity = {.node = "n", .hostname = "h", .slurm_job_id = "1", .abi = "v7", .labels = {}, .pid = 1}});
   // Two unnamed communicators (comm_name "unknown") on one GPU.
-  const auto a = col.add_comm({.name = "", .hash = 1, .rank = 0, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
-  const auto b = col.add_comm({.name = "", .hash = 2, .rank = 3, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+  const auto a =
+      col.add_comm({.name = "", .hash = 1, .rank = 0, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
+  const auto b =
+      col.add_comm({.name = "", .hash = 2, .rank = 3, .nranks = 8, .nnodes = 2, .device = 0, .uuid = "GPU-0"});
   col.record(a, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 100'000, 1));
   col.record(b, fixture::op(func::all_reduce, 1u << 20, dtype::int8, 300'000, 1));
   col.note_started(b);
@@ -144,7 +159,8 @@ TEST_CASE("cardinality: histogram full, coarse (exact at its bounds) and off", "
   const auto cb = samples(coarse, "ncclinsp_op_duration_seconds_bucket{");
   CHECK(cb.size() == sets * 7);
   std::map<std::string, double> full_at;
-  for (const auto& l : samples(full, "ncclinsp_op_duration_seconds_bucket{")) full_at[l.substr(0, l.rfind(' '))] = value_of(l);
+  for (const auto& l : samples(full, "ncclinsp_op_duration_seconds_bucket{"))
+    full_at[l.substr(0, l.rfind(' '))] = value_of(l);
   for (const auto& l : cb) {
     INFO(l);
     const auto key = l.substr(0, l.rfind(' '));
@@ -157,7 +173,8 @@ TEST_CASE("cardinality: histogram full, coarse (exact at its bounds) and off", "
   CHECK(sum_of(off, "ncclinsp_busy_seconds_total") == sum_of(full, "ncclinsp_busy_seconds_total"));
 }
 
-TEST_CASE("cardinality: a hard per-file cap folds the rest into a counted overflow set", "[format][prom][cardinality]") {
+TEST_CASE("cardinality: a hard per-file cap folds the rest into a counted overflow set",
+          "[format][prom][cardinality]") {
   const auto snap = churn_snapshot(200, 3);  // a communicator churn: 200 comms x 3 sizes
   std::string uncapped, capped;
   format::write_prometheus(uncapped, snap, "GPU-0", false);
@@ -173,7 +190,9 @@ TEST_CASE("cardinality: a hard per-file cap folds the rest into a counted overfl
   CHECK(sum_of(capped, "ncclinsp_ops_total") == sum_of(uncapped, "ncclinsp_ops_total"));
   CHECK(sum_of(capped, "ncclinsp_bus_bytes_total") == Approx(sum_of(uncapped, "ncclinsp_bus_bytes_total")));
   const auto ovf = samples(capped, "ncclinsp_ops_total{");
-  CHECK(std::count_if(ovf.begin(), ovf.end(), [](const std::string& l) { return l.find("comm_name=\"_overflow\"") != std::string::npos; }) == 1);
+  CHECK(std::count_if(ovf.begin(), ovf.end(), [](const std::string& l) {
+          return l.find("comm_name=\"_overflow\"") != std::string::npos;
+        }) == 1);
   std::map<std::string, double> overflow;
   for (const auto& l : samples(capped, "ncclinsp_series_overflow{")) {
     const auto k = l.find("kind=\"");
@@ -191,8 +210,10 @@ TEST_CASE("cardinality: a hard per-file cap folds the rest into a counted overfl
 }
 
 TEST_CASE("cardinality: NCCLINSP_* variables reach the sink's options", "[options][cardinality]") {
-  std::map<std::string, std::string> env = {{"NCCLINSP_DROP_LABELS", "rank,algo_proto"}, {"NCCLINSP_SIZE_BUCKET_BITS", "2"},
-                                            {"NCCLINSP_HISTOGRAM", "coarse"}, {"NCCLINSP_COMPAT_GAUGES", "0"},
+  std::map<std::string, std::string> env = {{"NCCLINSP_DROP_LABELS", "rank,algo_proto"},
+                                            {"NCCLINSP_SIZE_BUCKET_BITS", "2"},
+                                            {"NCCLINSP_HISTOGRAM", "coarse"},
+                                            {"NCCLINSP_COMPAT_GAUGES", "0"},
                                             {"NCCLINSP_MAX_SERIES", "5000"}};
   std::vector<std::string> warnings;
   auto get = [&](const char* k) -> const char* { return env.count(k) ? env[k].c_str() : nullptr; };

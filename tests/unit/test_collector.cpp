@@ -57,7 +57,8 @@ TEST_CASE("record accumulates counters, histogram and window", "[collector]") {
   CHECK(c.total.bus_bytes == Approx(2 * 1.5 * (4 << 20)));
   CHECK(c.window.ops == 2);
   // geometric mean of 12.582912 and 25.165824 GB/s
-  CHECK(std::exp(c.window.log_busbw_sum / static_cast<double>(c.window.bw_count)) == Approx(std::sqrt(12.582912 * 25.165824)));
+  CHECK(std::exp(c.window.log_busbw_sum / static_cast<double>(c.window.bw_count)) ==
+        Approx(std::sqrt(12.582912 * 25.165824)));
   CHECK(c.window.geomean_busbw_gbs() == Approx(std::sqrt(12.582912 * 25.165824)));
   // bus bytes over busy time: 2 * 1.5 * 4 MiB in 750 us
   CHECK(c.total.busbw_gbs() == Approx(2 * 1.5 * (4 << 20) / 750'000.0));
@@ -106,7 +107,8 @@ TEST_CASE("many threads record exact totals without locks", "[collector][threads
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t)
     ts.emplace_back([&, t] {
-      for (int i = 0; i < per_thread; ++i) col.record((i & 1) ? a : b, make_op((t & 1) ? func::all_gather : func::send, 1024u << (i % 8), 1000 + i % 7));
+      for (int i = 0; i < per_thread; ++i)
+        col.record((i & 1) ? a : b, make_op((t & 1) ? func::all_gather : func::send, 1024u << (i % 8), 1000 + i % 7));
     });
   // Snapshots taken concurrently must never see more than was recorded.
   for (int i = 0; i < 20; ++i) {
@@ -177,7 +179,8 @@ TEST_CASE("per-op records reach the snapshot in order, ring overflow is counted"
   CHECK(s.records.size() + s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 20);
 }
 
-TEST_CASE("a record ring rings the doorbell once per crossing of its high-water mark, take_records drains it alone", "[collector]") {
+TEST_CASE("a record ring rings the doorbell once per crossing of its high-water mark, take_records drains it alone",
+          "[collector]") {
   collector<> col({.record_ring_capacity = 16});  // high-water mark: 4
   const auto h = col.add_comm(desc("hw"));
   const std::uint32_t bell0 = col.doorbell().value();
@@ -208,20 +211,26 @@ TEST_CASE("a record ring rings the doorbell once per crossing of its high-water 
   CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
 }
 
-TEST_CASE("a growing record ring: the exporter widens the window in chunks up to record_ring_max, the recording thread only fills it", "[collector]") {
+TEST_CASE(
+    "a growing record ring: the exporter widens the window in chunks up to record_ring_max, the recording thread only fills it",
+    "[collector]") {
   collector<> col({.record_ring_capacity = 64, .record_ring_max = 4096});  // chunks of 64 records
   CHECK(col.record_ring_limit() == 4096);
   const auto h = col.add_comm(desc("grow"));
-  const auto ring_full = [&](const snapshot& s) { return s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)]; };
+  const auto ring_full = [&](const snapshot& s) {
+    return s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)];
+  };
   std::uint64_t seq = 0;
-  for (int i = 0; i < 65; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // the floor: 64, one dropped
+  for (int i = 0; i < 65; ++i)
+    col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // the floor: 64, one dropped
   const std::uint64_t floor_bytes = col.record_ring_bytes();
   CHECK(floor_bytes >= 64 * collector<>::bytes_per_record(false));
   snapshot part;
   col.take_records(part, 16);  // a late exporter: 48 records still waiting, so the window grows past them
   REQUIRE(part.records.size() == 16);
   CHECK(col.record_ring_bytes() > floor_bytes);
-  for (int i = 0; i < 80; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // 128 waiting now: no drop
+  for (int i = 0; i < 80; ++i)
+    col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // 128 waiting now: no drop
   col.take_records(part);
   REQUIRE(part.records.size() == 128);
   CHECK(part.records.front().op.seq == 16);

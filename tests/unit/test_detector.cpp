@@ -27,7 +27,8 @@ snapshot window(std::uint64_t t_s, int ops, double gbs, std::mt19937_64& rng, do
   snapshot s;
   s.time_unix_ns = t_s * 1'000'000'000ull;
   s.comms.push_back({});
-  s.comms[0].desc = {.name = "dp", .hash = 0xd00d, .rank = 3, .nranks = nranks, .nnodes = 4, .device = 3, .uuid = "GPU-3"};
+  s.comms[0].desc = {
+      .name = "dp", .hash = 0xd00d, .rank = 3, .nranks = nranks, .nnodes = 4, .device = 3, .uuid = "GPU-3"};
   cell_snapshot c;
   c.fn = func::all_reduce;
   c.size_index = inspector_bucketer::index(bytes);
@@ -126,8 +127,8 @@ TEST_CASE("detector: one slow window or a drop smaller than the threshold is not
   std::size_t events = 0;
   for (std::uint64_t t = 1; t <= 300; ++t) {
     double f = 1.0;
-    if (t == 100 || t == 160) f = 0.5;            // isolated outliers (a checkpoint write)
-    if (t >= 200 && t < 260) f = 0.96;            // a 4% dip: within the wobble
+    if (t == 100 || t == 160) f = 0.5;  // isolated outliers (a checkpoint write)
+    if (t >= 200 && t < 260) f = 0.96;  // a 4% dip: within the wobble
     snapshot s = window(t, 20, 30.0 * f, rng);
     det.update(s);
     events += s.busbw_events.size();
@@ -135,7 +136,8 @@ TEST_CASE("detector: one slow window or a drop smaller than the threshold is not
   CHECK(events == 0);
 }
 
-TEST_CASE("detector: a noisy key (small ops, launch skew) stays quiet when healthy and flags a drop beyond its scatter", "[detector]") {
+TEST_CASE("detector: a noisy key (small ops, launch skew) stays quiet when healthy and flags a drop beyond its scatter",
+          "[detector]") {
   // The simulator's tp AllReduce 1 MiB key: ~16 us ops of which launch skew between the two
   // ranks is up to 5 us, so one op's bandwidth scatters ~13% (sd) and a window value of 12 ops
   // ~4%. The threshold alone (recent median < 92% of baseline, twice) flagged such keys about
@@ -166,7 +168,8 @@ TEST_CASE("detector: a noisy key (small ops, launch skew) stays quiet when healt
   CHECK(flagged - 120 <= 4);
 }
 
-TEST_CASE("detector: a fault does not enter the baseline, and a second fault right after the first is flagged", "[detector]") {
+TEST_CASE("detector: a fault does not enter the baseline, and a second fault right after the first is flagged",
+          "[detector]") {
   // The demo's timeline on a sparse key (4 ops per window: one value every 2 windows, so 30
   // baseline values span 60 windows): a 50% drop for 60 windows, 22 healthy windows, then a 25%
   // drop. A baseline that learnt the first fault's level would judge the second one an improvement.
@@ -182,9 +185,12 @@ TEST_CASE("detector: a fault does not enter the baseline, and a second fault rig
       snapshot s = window(t, 4, 40.0 * f, rng);
       det.update(s);
       for (const auto& e : s.busbw_events) {
-        if (e.degraded && !flagged1) flagged1 = t;
-        else if (!e.degraded && flagged1 && !recovered1) recovered1 = t;
-        else if (e.degraded && recovered1 && !flagged2) flagged2 = t;
+        if (e.degraded && !flagged1)
+          flagged1 = t;
+        else if (!e.degraded && flagged1 && !recovered1)
+          recovered1 = t;
+        else if (e.degraded && recovered1 && !flagged2)
+          flagged2 = t;
       }
       if (!s.busbw.empty() && t == f1_end - 1) base_during1 = s.busbw[0].baseline_gbs;
       if (!s.busbw.empty() && t == f2 - 1) base_at2 = s.busbw[0].baseline_gbs;
@@ -200,7 +206,8 @@ TEST_CASE("detector: a fault does not enter the baseline, and a second fault rig
   }
 }
 
-TEST_CASE("detector: after a fault longer than the value history the baseline is still the pre-fault level", "[detector]") {
+TEST_CASE("detector: after a fault longer than the value history the baseline is still the pre-fault level",
+          "[detector]") {
   change_detector det;
   std::mt19937_64 rng(17);
   std::size_t degraded_events = 0, recovered_events = 0;
@@ -227,7 +234,8 @@ TEST_CASE("detector: after a fault longer than the value history the baseline is
   CHECK(last_flag <= 563);
 }
 
-TEST_CASE("detector: sparse keys accumulate min_ops before a value, departed communicators are forgotten", "[detector]") {
+TEST_CASE("detector: sparse keys accumulate min_ops before a value, departed communicators are forgotten",
+          "[detector]") {
   change_detector det({.min_ops = 8});
   std::mt19937_64 rng(5);
   std::size_t judged_at = 0;
@@ -277,7 +285,8 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
     last_text = std::move(t);
   }));
   inspector insp(std::move(o));
-  const comm_handle h = insp.add_comm({.name = "dp", .hash = 0xd00d, .rank = 1, .nranks = nranks, .nnodes = 4, .device = 1, .uuid = "GPU-1"});
+  const comm_handle h = insp.add_comm(
+      {.name = "dp", .hash = 0xd00d, .rank = 1, .nranks = nranks, .nnodes = 4, .device = 1, .uuid = "GPU-1"});
   std::mt19937_64 rng(11);
   std::normal_distribution<double> noise(0.0, 0.02);
   const double bb = bus_bytes(func::all_reduce, bytes, nranks);
@@ -306,5 +315,6 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
   CHECK(last_text.find("# TYPE ncclinsp_busbw_degradations_total counter") != std::string::npos);
   CHECK(last_text.find("ncclinsp_busbw_degraded{slurm_job_id=") != std::string::npos);
   CHECK(last_text.find("message_size=\"16MiB-32MiB\"} 1") != std::string::npos);
-  CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") != std::string::npos);
+  CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") !=
+        std::string::npos);
 }

@@ -96,7 +96,9 @@ TEST_CASE("stop with a timeout never waits for a stuck sink", "[exporter]") {
   std::vector<any_sink> sinks;
   sinks.emplace_back(slow_sink{&release, &shut});
   std::vector<std::string> logs;
-  auto ex = std::make_unique<exporter<collector<>>>(col, std::move(sinks), exporter_options{.interval = 1h, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
+  auto ex = std::make_unique<exporter<collector<>>>(
+      col, std::move(sinks),
+      exporter_options{.interval = 1h, .log = [&](log_level, std::string_view m) { logs.emplace_back(m); }});
   ex->start();
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(ex->stop(100ms));
@@ -120,7 +122,9 @@ TEST_CASE("an exporter that was never started still writes the final snapshot", 
   CHECK(finals == 1);
 }
 
-TEST_CASE("after stop_records_at the final export writes queued records until then and counts the rest as dropped (exit_deadline)", "[exporter]") {
+TEST_CASE(
+    "after stop_records_at the final export writes queued records until then and counts the rest as dropped (exit_deadline)",
+    "[exporter]") {
   // A backlog at teardown (a writer that fell behind) must end up written or counted, never cut
   // off silently by the process exit that follows.
   collector<> col({.record_ring_capacity = 65536});
@@ -134,7 +138,7 @@ TEST_CASE("after stop_records_at the final export writes queued records until th
   for (std::uint64_t i = 0; i < n; ++i) col.record(h, ar(1000 + i % 100));
   const auto t0 = std::chrono::steady_clock::now();
   ex.stop_records_at(t0 + 35ms);  // what the plugin does at process exit
-  REQUIRE(ex.stop(5s));  // never started: the final export runs here
+  REQUIRE(ex.stop(5s));           // never started: the final export runs here
   const auto took = std::chrono::steady_clock::now() - t0;
   REQUIRE(final_snap.final);
   REQUIRE(final_snap.comms.size() == 1);
@@ -162,7 +166,9 @@ TEST_CASE("without stop_records_at the final export writes every queued record, 
   CHECK(final_snap.comms.at(0).dropped[static_cast<std::size_t>(drop_reason::exit_deadline)] == 0);
 }
 
-TEST_CASE("records past a ring's high-water mark reach write_records between exports, a sink without it waits for the export", "[exporter]") {
+TEST_CASE(
+    "records past a ring's high-water mark reach write_records between exports, a sink without it waits for the export",
+    "[exporter]") {
   collector<> col({.record_ring_capacity = 64});  // high-water mark: 16
   const auto h = col.add_comm({.name = "hw", .nranks = 2, .uuid = "GPU-h"});
   struct record_taker {
@@ -190,7 +196,8 @@ TEST_CASE("records past a ring's high-water mark reach write_records between exp
   for (int round = 0; round < 10; ++round) {
     for (int i = 0; i < 40; ++i) col.record(h, ar(1000 + i));
     const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (drained.load() < 40u * (round + 1) - 15 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    while (drained.load() < 40u * (round + 1) - 15 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
   }
   CHECK(ex.exports() == 0);
   REQUIRE(ex.stop(5s));

@@ -43,8 +43,9 @@ TEST_CASE("promtool check metrics reports nothing on real output", "[format][pro
     CHECK(out.find("error") == std::string::npos);
     std::size_t pos = 0, findings = 0;
     while ((pos = out.find('\n', pos)) != std::string::npos) ++findings, ++pos;
-    for (const char* known : {"nccl_collective_exec_time_microseconds use base unit \"seconds\" instead of \"microseconds\"",
-                              "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of \"microseconds\""})
+    for (const char* known :
+         {"nccl_collective_exec_time_microseconds use base unit \"seconds\" instead of \"microseconds\"",
+          "nccl_p2p_exec_time_microseconds use base unit \"seconds\" instead of \"microseconds\""})
       if (out.find(known) != std::string::npos) --findings;
     CHECK(findings == 0);
   }
@@ -54,10 +55,15 @@ TEST_CASE("Inspector's four families keep its names and label order", "[format][
   const auto snap = fixture::make_snapshot();
   std::string text;
   format::write_prometheus(text, snap, "GPU-11111111-2222-3333-4444-555555555555");
-  CHECK(text.find("nccl_bus_bandwidth_gbs{version=\"v7.1\",slurm_job_id=\"4242\",node=\"node0\",gpu=\"GPU3\",comm_name=\"tp\",n_nodes=\"1\","
-                  "nranks=\"4\",collective=\"AllReduce\",message_size=\"4-5MB\",algo_proto=\"RING_SIMPLE\",uuid=") != std::string::npos);
-  CHECK(text.find("nccl_p2p_exec_time_microseconds{version=\"v7.1\",slurm_job_id=\"4242\",node=\"node0\",gpu=\"GPU3\",comm_name=") !=
-        std::string::npos);
+  CHECK(
+      text.find(
+          "nccl_bus_bandwidth_gbs{version=\"v7.1\",slurm_job_id=\"4242\",node=\"node0\",gpu=\"GPU3\",comm_name=\"tp\",n_nodes=\"1\","
+          "nranks=\"4\",collective=\"AllReduce\",message_size=\"4-5MB\",algo_proto=\"RING_SIMPLE\",uuid=") !=
+      std::string::npos);
+  CHECK(
+      text.find(
+          "nccl_p2p_exec_time_microseconds{version=\"v7.1\",slurm_job_id=\"4242\",node=\"node0\",gpu=\"GPU3\",comm_name=") !=
+      std::string::npos);
   CHECK(text.find("p2p_operation=\"Send\",message_size=\"1000-1001B\"") != std::string::npos);
   // Hostile names are escaped, not passed through.
   CHECK(text.find("comm_name=\"dp \\\"x\\\"\\\\y\\nz\"") != std::string::npos);
@@ -106,10 +112,17 @@ TEST_CASE("JSON lines match the golden file and Inspector's layout", "[format][j
   for (const auto& c : snap.comms) format::write_dump_stats(text, snap, c, 0, 0);
   INFO(text);
   CHECK(fixture::matches_golden("records.jsonl", text));
-  CHECK(text.rfind("{\"header\":{\"id\":\"0xfedcba9876543210\",\"comm_name\":\"tp\",\"rank\":1,\"n_ranks\":4,\"nnodes\":1},\"metadata\":{", 0) == 0);
-  CHECK(text.find("\"coll_perf\":{\"coll\":\"AllReduce\",\"coll_sn\":10,\"coll_msg_size_bytes\":4194304,\"coll_exec_time_us\":500.000,"
-                  "\"coll_timing_source\":\"kernel_gpu\",\"coll_algobw_gbs\":8.388608,\"coll_busbw_gbs\":12.582912") != std::string::npos);
-  CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":3,\"p2p_msg_size_bytes\":1000") != std::string::npos);
+  CHECK(
+      text.rfind(
+          "{\"header\":{\"id\":\"0xfedcba9876543210\",\"comm_name\":\"tp\",\"rank\":1,\"n_ranks\":4,\"nnodes\":1},\"metadata\":{",
+          0) == 0);
+  CHECK(
+      text.find(
+          "\"coll_perf\":{\"coll\":\"AllReduce\",\"coll_sn\":10,\"coll_msg_size_bytes\":4194304,\"coll_exec_time_us\":500.000,"
+          "\"coll_timing_source\":\"kernel_gpu\",\"coll_algobw_gbs\":8.388608,\"coll_busbw_gbs\":12.582912") !=
+      std::string::npos);
+  CHECK(text.find("\"p2p_perf\":{\"p2p\":\"Send\",\"p2p_sn\":1,\"p2p_peer\":3,\"p2p_msg_size_bytes\":1000") !=
+        std::string::npos);
   CHECK(text.find("\"comm_name\":\"dp \\\"x\\\"\\\\y\\nz\"") != std::string::npos);
 }
 
@@ -127,8 +140,16 @@ TEST_CASE("json_writer escapes quotes, backslash and every control character", "
 TEST_CASE("json_writer passes valid UTF-8 through and repairs invalid bytes", "[format][json][writer]") {
   std::string out;
   format::json_writer w(out);
-  w.begin_array().value("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value("a\xff" "b").value("\xed\xa0\x80").end_array();
-  CHECK(out == "[\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\",\"a\xEF\xBF\xBD" "b\",\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"]");
+  w.begin_array()
+      .value("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80")
+      .value(
+          "a\xff"
+          "b")
+      .value("\xed\xa0\x80")
+      .end_array();
+  CHECK(out ==
+        "[\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\",\"a\xEF\xBF\xBD"
+        "b\",\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"]");
   std::string big;  // bounded: 4096 bytes of a hostile name at most
   format::json_writer b(big);
   b.value(std::string(5000, 'x'));
@@ -138,7 +159,17 @@ TEST_CASE("json_writer passes valid UTF-8 through and repairs invalid bytes", "[
 TEST_CASE("json_writer places commas in nested containers and resumes a prefix", "[format][json][writer]") {
   std::string out;
   format::json_writer w(out);
-  w.begin_object().key("a").begin_array().value(1).begin_object().end_object().begin_array().end_array().value(true).null().end_array();
+  w.begin_object()
+      .key("a")
+      .begin_array()
+      .value(1)
+      .begin_object()
+      .end_object()
+      .begin_array()
+      .end_array()
+      .value(true)
+      .null()
+      .end_array();
   w.key("b").begin_object().key("c").value(-2).key("d").value("e").end_object().key("f").value(false).end_object();
   CHECK(out == "{\"a\":[1,{},[],true,null],\"b\":{\"c\":-2,\"d\":\"e\"},\"f\":false}");
   CHECK(w.depth() == 0);
@@ -156,8 +187,17 @@ TEST_CASE("json_writer numbers: exact, fixed, %g, scaled, quoted, hex, non-finit
   std::string out;
   format::json_writer w(out);
   w.begin_array();
-  w.value(std::uint64_t{18446744073709551615ull}).value(std::int64_t{-9223372036854775807ll - 1}).value(0.1).value(1e300);
-  w.value(std::nan("")).value(-HUGE_VAL).fixed(1.0 / 3, 6).fixed(2.5, 0).general(3.88656e13, 6).general(0.125, 6).general(30.0, 6);
+  w.value(std::uint64_t{18446744073709551615ull})
+      .value(std::int64_t{-9223372036854775807ll - 1})
+      .value(0.1)
+      .value(1e300);
+  w.value(std::nan(""))
+      .value(-HUGE_VAL)
+      .fixed(1.0 / 3, 6)
+      .fixed(2.5, 0)
+      .general(3.88656e13, 6)
+      .general(0.125, 6)
+      .general(30.0, 6);
   w.scaled(1700000000123456789ull, 3).scaled(7, 3).scaled(42, 0).quoted(std::uint64_t{12}).hex64(0xfedcba9876543210ull);
   w.end_array();
   CHECK(out ==
@@ -169,7 +209,16 @@ TEST_CASE("json_writer layouts: separators and one item a line", "[format][json]
   std::string out;
   format::json_writer w(out, {.comma = ", ", .colon = ": "});
   w.begin_object({"\n  ", "\n"}).key("a").begin_array().value(1).value(2).end_array();
-  w.key("b").begin_array({"\n    ", "\n  "}).begin_object().key("x").value(1).key("y").value(2).end_object().value(3).end_array();
+  w.key("b")
+      .begin_array({"\n    ", "\n  "})
+      .begin_object()
+      .key("x")
+      .value(1)
+      .key("y")
+      .value(2)
+      .end_object()
+      .value(3)
+      .end_array();
   w.end_object();
   CHECK(out == "{\n  \"a\": [1, 2],\n  \"b\": [\n    {\"x\": 1, \"y\": 2},\n    3\n  ]\n}");
   std::string empty;

@@ -11,11 +11,14 @@ struct env {
   std::map<std::string, std::string> vars;
   std::vector<std::string> warnings;
   options parse() {
-    return options::from_env([this](log_level l, std::string_view m) { if (l == log_level::warn) warnings.emplace_back(m); },
-                             [this](const char* k) -> const char* {
-                               auto it = vars.find(k);
-                               return it == vars.end() ? nullptr : it->second.c_str();
-                             });
+    return options::from_env(
+        [this](log_level l, std::string_view m) {
+          if (l == log_level::warn) warnings.emplace_back(m);
+        },
+        [this](const char* k) -> const char* {
+          auto it = vars.find(k);
+          return it == vars.end() ? nullptr : it->second.c_str();
+        });
   }
 };
 }  // namespace
@@ -36,8 +39,13 @@ TEST_CASE("defaults match NVIDIA Inspector's", "[options]") {
 
 TEST_CASE("Inspector variables keep their meaning and the interval is honoured", "[options]") {
   env e;
-  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"}, {"NCCL_INSPECTOR_PROM_DUMP", "1"}, {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"},
-            {"SLURM_JOBID", "99"}, {"SLURM_JOB_ID", "99"}, {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "0x100"}, {"NCCL_INSPECTOR_ENABLE_P2P", "0"}};
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"},
+            {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+            {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "2000000"},
+            {"SLURM_JOBID", "99"},
+            {"SLURM_JOB_ID", "99"},
+            {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "0x100"},
+            {"NCCL_INSPECTOR_ENABLE_P2P", "0"}};
   const auto o = e.parse();
   CHECK(o.enable);
   CHECK(o.has_sink("prom"));
@@ -52,25 +60,44 @@ TEST_CASE("Inspector variables keep their meaning and the interval is honoured",
 
 TEST_CASE("native variables: sinks, labels, Kubernetes identity, interval", "[options]") {
   env e;
-  e.vars = {{"NCCLINSP_SINKS", "prom,json"}, {"NCCLINSP_LABELS", "cluster=a,team=b"}, {"POD_NAMESPACE", "ml"}, {"NCCLINSP_K8S_POD", "trainer-0"},
-            {"NCCLINSP_INTERVAL", "5s"}, {"NCCLINSP_NODE_NAME", "node7"}};
+  e.vars = {{"NCCLINSP_SINKS", "prom,json"}, {"NCCLINSP_LABELS", "cluster=a,team=b"},
+            {"POD_NAMESPACE", "ml"},         {"NCCLINSP_K8S_POD", "trainer-0"},
+            {"NCCLINSP_INTERVAL", "5s"},     {"NCCLINSP_NODE_NAME", "node7"}};
   const auto o = e.parse();
   CHECK(o.has_sink("prom"));
   CHECK(o.has_sink("json"));
-  CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "a"}, {"team", "b"}, {"namespace", "ml"}, {"pod", "trainer-0"}});
+  CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{
+                        {"cluster", "a"}, {"team", "b"}, {"namespace", "ml"}, {"pod", "trainer-0"}});
   CHECK(o.export_interval() == std::chrono::milliseconds(5000));
   CHECK(o.node_name == "node7");
   CHECK(e.warnings.empty());
 }
 
 TEST_CASE("garbage in any variable: one warning each, the default used", "[options][hostile]") {
-  const char* vars[] = {"NCCL_INSPECTOR_ENABLE", "NCCL_INSPECTOR_ENABLE_P2P", "NCCL_INSPECTOR_DUMP_THREAD_ENABLE",
-                        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "NCCL_INSPECTOR_DUMP_VERBOSE", "NCCL_INSPECTOR_PROM_DUMP",
-                        "NCCL_INSPECTOR_PROM_DUMP_STATS", "NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "NCCL_INSPECTOR_DUMP_COLL_RING_SIZE",
-                        "NCCL_INSPECTOR_DUMP_P2P_RING_SIZE", "NCCL_INSPECTOR_COLL_POOL_SIZE", "NCCL_INSPECTOR_P2P_POOL_SIZE",
-                        "NCCL_INSPECTOR_COMM_POOL_SIZE", "NCCL_INSPECTOR_POOL_GROW", "NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING",
-                        "NCCL_INSPECTOR_OTEL_EXPORT", "NCCL_INSPECTOR_OTEL_VERBOSE", "NCCLINSP_ENABLE", "NCCLINSP_SINKS", "NCCLINSP_LABELS",
-                        "NCCLINSP_INTERVAL", "NCCLINSP_USER_TAG_LABEL", "NCCLINSP_PROM_KEEP_FILES", "NCCLINSP_JSON_MAX_BYTES",
+  const char* vars[] = {"NCCL_INSPECTOR_ENABLE",
+                        "NCCL_INSPECTOR_ENABLE_P2P",
+                        "NCCL_INSPECTOR_DUMP_THREAD_ENABLE",
+                        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS",
+                        "NCCL_INSPECTOR_DUMP_VERBOSE",
+                        "NCCL_INSPECTOR_PROM_DUMP",
+                        "NCCL_INSPECTOR_PROM_DUMP_STATS",
+                        "NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES",
+                        "NCCL_INSPECTOR_DUMP_COLL_RING_SIZE",
+                        "NCCL_INSPECTOR_DUMP_P2P_RING_SIZE",
+                        "NCCL_INSPECTOR_COLL_POOL_SIZE",
+                        "NCCL_INSPECTOR_P2P_POOL_SIZE",
+                        "NCCL_INSPECTOR_COMM_POOL_SIZE",
+                        "NCCL_INSPECTOR_POOL_GROW",
+                        "NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING",
+                        "NCCL_INSPECTOR_OTEL_EXPORT",
+                        "NCCL_INSPECTOR_OTEL_VERBOSE",
+                        "NCCLINSP_ENABLE",
+                        "NCCLINSP_SINKS",
+                        "NCCLINSP_LABELS",
+                        "NCCLINSP_INTERVAL",
+                        "NCCLINSP_USER_TAG_LABEL",
+                        "NCCLINSP_PROM_KEEP_FILES",
+                        "NCCLINSP_JSON_MAX_BYTES",
                         "NCCLINSP_RECORD_BUFFER_MB"};
   const options defaults = env{}.parse();
   for (const char* v : vars) {
@@ -93,7 +120,9 @@ TEST_CASE("garbage in any variable: one warning each, the default used", "[optio
 
 TEST_CASE("out-of-range values are rejected, not wrapped", "[options][hostile]") {
   env e;
-  e.vars = {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "3"}, {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "-5"}, {"NCCLINSP_LABELS", "node=x"}};
+  e.vars = {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "3"},
+            {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "-5"},
+            {"NCCLINSP_LABELS", "node=x"}};
   const auto o = e.parse();
   CHECK(e.warnings.size() == 3);
   CHECK(o.coll_pool_size == 256);

@@ -90,7 +90,9 @@ TEST_CASE("prom_textfile_sink: a path that is a regular file warns once and reco
   CHECK(list_dir(dir).size() == 2);
 }
 
-TEST_CASE("Two writers of one file in one process (an old exporter and a re-initialized one) never share a temporary file", "[sink][prom][atomic]") {
+TEST_CASE(
+    "Two writers of one file in one process (an old exporter and a re-initialized one) never share a temporary file",
+    "[sink][prom][atomic]") {
   // After dlclose/dlopen a new exporter runs beside the old one, in the same process, writing the
   // same .prom name. Sharing a temporary name (pid only), one would truncate or rename the other's
   // half-written file: a torn file published, or a failed rename. Each writer's payload is one
@@ -134,7 +136,9 @@ TEST_CASE("prom_textfile_sink: a full disk leaves the previous file intact and n
   // RLIMIT_FSIZE in a child process: writes past 512 bytes fail with EFBIG (SIGXFSZ is ignored).
   const pid_t pid = ::fork();
   if (pid == 0) {
-    struct rlimit rl {512, 512};
+    struct rlimit rl {
+      512, 512
+    };
     ::setrlimit(RLIMIT_FSIZE, &rl);
     int warnings = 0;
     prom_textfile_sink sink({.dir = dir, .log = [&](log_level, std::string_view) { ++warnings; }});
@@ -185,7 +189,9 @@ TEST_CASE("json_sink keeps lines in memory while the directory is unusable, then
   const auto dir = scratch_dir("jfault");
   std::ofstream(dir) << "file in the way";
   int warnings = 0;
-  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) {
+                    warnings += l == log_level::warn;
+                  }});
   const auto snap = fixture::make_snapshot();
   CHECK(sink.write(snap) == export_result::failure);
   CHECK(sink.write(snap) == export_result::failure);
@@ -218,7 +224,7 @@ TEST_CASE("callback_sink catches exceptions and reports them", "[sink][callback]
   int calls = 0;
   callback_sink ok([&](const snapshot& s) { calls += static_cast<int>(s.comms.size()); });
   callback_sink bad([](const snapshot&) { throw std::runtime_error("telemetry down"); },
-                   [&](log_level, std::string_view m) { logs.emplace_back(m); });
+                    [&](log_level, std::string_view m) { logs.emplace_back(m); });
   const auto snap = fixture::make_snapshot();
   CHECK(ok.write(snap) == export_result::success);
   CHECK(calls == 3);
@@ -249,15 +255,16 @@ TEST_CASE("any_sink accepts sink types and forwards optional members", "[sink]")
   CHECK(n == 1);
 }
 
-TEST_CASE("Symlinks planted at the JSON file's name: refused with one warning, counted, records kept", "[sink][json][symlink]") {
+TEST_CASE("Symlinks planted at the JSON file's name: refused with one warning, counted, records kept",
+          "[sink][json][symlink]") {
   const auto dir = scratch_dir("jlink");
   REQUIRE(detail::make_dirs(dir) == 0);
   const victim v;
   v.plant(dir + "/x.log");
   std::vector<std::string> warnings;
   json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view m) {
-                   if (l == log_level::warn) warnings.emplace_back(m);
-                 }});
+                    if (l == log_level::warn) warnings.emplace_back(m);
+                  }});
   const auto snap = fixture::make_snapshot();
   CHECK(sink.write(snap) == export_result::failure);
   CHECK(sink.write(snap) == export_result::failure);
@@ -363,7 +370,8 @@ TEST_CASE("Directories the sinks create are 0755 at most, never world-writable",
   CHECK((st.st_mode & 07777) == 0644);
 }
 
-TEST_CASE("json_sink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest", "[sink][json][faults]") {
+TEST_CASE("json_sink holds at most 64 MiB of lines while the directory is unusable, then drops and counts the oldest",
+          "[sink][json][faults]") {
   CHECK(json_sink_options{}.max_pending_bytes == 64ull << 20);  // the documented cap
   const auto snap = fixture::make_snapshot();
   // Bytes of one export (every communicator of the fixture has records: same lines each time).
@@ -394,7 +402,8 @@ TEST_CASE("json_sink holds at most 64 MiB of lines while the directory is unusab
   CHECK(count_lines(text) + dropped == (writes + 1) * per_write_lines);  // kept + counted = written
 }
 
-TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file, the rest written when space is back", "[sink][json][faults]") {
+TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file, the rest written when space is back",
+          "[sink][json][faults]") {
   const auto dir = scratch_dir("jfull");
   ::mkdir(dir.c_str(), 0755);
   // The test command runs as root: a mount failure fails the test (nothing passes by skipping).
@@ -403,7 +412,9 @@ TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file,
   const auto snap = fixture::make_snapshot();
   const std::size_t per_write_lines = snap.records.size() + snap.comms.size();
   int warnings = 0;
-  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) { warnings += l == log_level::warn; }});
+  json_sink sink({.dir = dir, .file_name = "x.log", .log = [&](log_level l, std::string_view) {
+                    warnings += l == log_level::warn;
+                  }});
   std::size_t writes = 0;
   while (writes < 10000 && sink.write(snap) == export_result::success) ++writes;
   ++writes;  // the one that hit ENOSPC (its lines are kept pending)

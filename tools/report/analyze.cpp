@@ -61,7 +61,8 @@ std::vector<proxy_host_row> proxy_hosts(const job& j) {
   }
   const double med = median(link);
   for (auto& r : rows) r.ratio = med > 0 ? std::min(r.out_s_per_gb, r.in_s_per_gb) / med : 1;
-  std::sort(rows.begin(), rows.end(), [](const proxy_host_row& x, const proxy_host_row& y) { return x.ratio > y.ratio; });
+  std::sort(rows.begin(), rows.end(),
+            [](const proxy_host_row& x, const proxy_host_row& y) { return x.ratio > y.ratio; });
   return rows;
 }
 
@@ -96,7 +97,8 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
     if (!r.end_ns || !r.valid || !(r.exec_us > 0) || r.p2p) continue;
     const auto& c = j.comms[r.comm];
     const auto b = std::min<std::size_t>((r.end_ns - lo) / bin_ns, tl.bins - 1);
-    for (auto k : {row(c.nnodes > 1 ? c.name : c.name + "@" + j.hosts[r.host], false, c.nnodes), row(j.hosts[r.host], true, 0)}) {
+    for (auto k : {row(c.nnodes > 1 ? c.name : c.name + "@" + j.hosts[r.host], false, c.nnodes),
+                   row(j.hosts[r.host], true, 0)}) {
       accs[k].bytes[b] += r.busbw * r.exec_us;
       accs[k].time[b] += r.exec_us;
       accs[k].hosts.insert(r.host);
@@ -123,7 +125,10 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
     if (!tl.rows[k].host)
       for (std::size_t b = 0; b < nb; ++b) any[b] |= low[k][b];
   for (std::size_t b = 0; b < nb;) {
-    if (!any[b]) { ++b; continue; }
+    if (!any[b]) {
+      ++b;
+      continue;
+    }
     std::size_t e = b;
     while (e + 1 < nb && (any[e + 1] || (e + 2 < nb && any[e + 2]))) ++e;
     timeline::incident inc;
@@ -143,7 +148,8 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
         net_bad |= net;
         nvl_only &= !net;
         if (net) {
-          if (first_bad) bad_hosts = accs[k].hosts;
+          if (first_bad)
+            bad_hosts = accs[k].hosts;
           else {
             std::set<std::uint32_t> keep;
             for (auto h : bad_hosts)
@@ -176,13 +182,17 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
       if (m < 1 - o.threshold && (nr > who_ranks || (nr == who_ranks && m < best))) {
         best = m, who_ranks = nr;
         for (auto i : idx)
-          if (j.ops[i].comm == k.first && j.ops[i].rank == k.second) { who = &j.ops[i]; break; }
+          if (j.ops[i].comm == k.first && j.ops[i].rank == k.second) {
+            who = &j.ops[i];
+            break;
+          }
       }
     }
     if (who) {
       inc.kind = "straggler";
       inc.culprit = j.hosts[who->host] + " rank " + std::to_string(who->rank) + " (" + j.comms[who->comm].name + ")";
-      inc.detail = "compute straggler: arrives late (exec " + std::to_string(static_cast<int>(std::lround(best * 100))) +
+      inc.detail = "compute straggler: arrives late (exec " +
+                   std::to_string(static_cast<int>(std::lround(best * 100))) +
                    "% of the op median); its peers wait, the network is not the cause";
     } else if (nvl_only && !inc.degraded.empty()) {
       inc.kind = "nvlink";
@@ -201,13 +211,15 @@ void build_timeline(const job& j, analysis& a, const analysis_options& o, const 
       const auto& ph = a.proxy_hosts;
       if (ph.size() >= 3 && ph[0].ratio > o.proxy_host_ratio) {
         inc.culprit = j.hosts[ph[0].host];
-        inc.detail = fmt::format("{}: slow host or NIC, {:.2f}x the median host's network wire time per byte, on its in and out edges "
-                                 "(proxy SendWait; next {:.2f}x)",
-                                 inc.culprit, ph[0].ratio, ph[1].ratio);
+        inc.detail = fmt::format(
+            "{}: slow host or NIC, {:.2f}x the median host's network wire time per byte, on its in and out edges "
+            "(proxy SendWait; next {:.2f}x)",
+            inc.culprit, ph[0].ratio, ph[1].ratio);
       } else if (all_bad || nc == 0 || nc == bad_hosts.size()) {
         inc.culprit = "";
-        inc.detail = "every network communicator degraded: the fabric, or one host/NIC on every path (kernel time cannot tell which; "
-                     "proxy wait by peer names it: docs/diagnosis.md)";
+        inc.detail =
+            "every network communicator degraded: the fabric, or one host/NIC on every path (kernel time cannot tell which; "
+            "proxy wait by peer names it: docs/diagnosis.md)";
       } else {
         inc.culprit = cand;
         inc.detail = "only the network communicators through " + cand + " degraded (membership)";
@@ -307,7 +319,8 @@ analysis analyze(job& j, const analysis_options& o) {
     std::uint64_t late_n = 0, records = 0, slow = 0;
     std::uint32_t host = 0;
   };
-  std::vector<double> rec_ex_in_op(j.ops.size(), -1.0);  // per record: exec / op median exec (-1: not matched across hosts)
+  std::vector<double> rec_ex_in_op(j.ops.size(),
+                                   -1.0);  // per record: exec / op median exec (-1: not matched across hosts)
   std::map<std::pair<std::uint32_t, std::uint32_t>, rank_acc> ranks;
   for (auto i : idx) {
     const auto& r = j.ops[i];
@@ -335,7 +348,9 @@ analysis analyze(job& j, const analysis_options& o) {
   for (std::size_t b = 0; b < coll.size();) {
     std::size_t e = b;
     const auto& first = j.ops[coll[b]];
-    while (e < coll.size() && j.ops[coll[e]].comm == first.comm && j.ops[coll[e]].fn == first.fn && j.ops[coll[e]].sn == first.sn) ++e;
+    while (e < coll.size() && j.ops[coll[e]].comm == first.comm && j.ops[coll[e]].fn == first.fn &&
+           j.ops[coll[e]].sn == first.sn)
+      ++e;
     const std::size_t n = e - b;
     const auto& ci = j.comms[first.comm];
     ++a.matched_ops;
@@ -343,8 +358,8 @@ analysis analyze(job& j, const analysis_options& o) {
     if (ci.n_ranks > 0 && n < static_cast<std::size_t>(ci.n_ranks)) {
       ++a.incomplete_ops;
       j.warn.add("op seen on fewer ranks than n_ranks (missing rank files, drops or a hang)",
-                 ci.name + " " + ci.id + " " + j.funcs[first.fn] + " sn " + std::to_string(first.sn) + ": " + std::to_string(n) + "/" +
-                     std::to_string(ci.n_ranks) + " ranks");
+                 ci.name + " " + ci.id + " " + j.funcs[first.fn] + " sn " + std::to_string(first.sn) + ": " +
+                     std::to_string(n) + "/" + std::to_string(ci.n_ranks) + " ranks");
     }
     if (n < 2) {
       ++a.single_rank_ops;
@@ -407,8 +422,8 @@ analysis analyze(job& j, const analysis_options& o) {
       }
     if (nmiss) {
       if (nmiss > 16) miss += ",...";
-      a.missing_ranks.push_back(ci.name + " " + ci.id + ": " + std::to_string(nmiss) + " of " + std::to_string(ci.n_ranks) +
-                                " ranks never seen (" + miss + ")");
+      a.missing_ranks.push_back(ci.name + " " + ci.id + ": " + std::to_string(nmiss) + " of " +
+                                std::to_string(ci.n_ranks) + " ranks never seen (" + miss + ")");
       j.warn.add("communicator with ranks that have no records at all (missing files?)", a.missing_ranks.back());
     }
   }
@@ -471,7 +486,8 @@ analysis analyze(job& j, const analysis_options& o) {
     r.straggler = hosts.size() > 1 && h.straggler;
     a.hosts.push_back(r);
   }
-  std::sort(a.hosts.begin(), a.hosts.end(), [](const host_row& x, const host_row& y) { return x.deviation < y.deviation; });
+  std::sort(a.hosts.begin(), a.hosts.end(),
+            [](const host_row& x, const host_row& y) { return x.deviation < y.deviation; });
   a.proxy_hosts = proxy_hosts(j);
   build_timeline(j, a, o, idx, rec_ex_in_op);
   return a;

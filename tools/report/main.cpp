@@ -27,19 +27,22 @@ bool write_file(const std::string& path, auto&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ncclinsp-report: per-collective bandwidth tables and straggler attribution from the JSON-lines files of all ranks "
-               "(ncclinsp JSON mode or NVIDIA Inspector v4.x)"};
+  CLI::App app{
+      "ncclinsp-report: per-collective bandwidth tables and straggler attribution from the JSON-lines files of all ranks "
+      "(ncclinsp JSON mode or NVIDIA Inspector v4.x)"};
   std::vector<std::string> inputs;
   std::string out_dir, html, json;
   rep::analysis_options ao;
   int top = 10;
   bool quiet = false, fail_on_straggler = false;
-  app.add_option("inputs", inputs, "JSON-lines files or directories (searched recursively for *.log, *.jsonl and rotated *.log.N)")
+  app.add_option("inputs", inputs,
+                 "JSON-lines files or directories (searched recursively for *.log, *.jsonl and rotated *.log.N)")
       ->required();
   app.add_option("-o,--out-dir", out_dir, "write report.html, report.json, collectives.csv, ranks.csv, hosts.csv here");
   app.add_option("--html", html, "write the HTML report to this file");
   app.add_option("--json", json, "write the JSON report to this file");
-  app.add_option("-t,--threshold", ao.threshold, "straggler threshold: relative busbw deficit vs. the op median (default 0.10)")
+  app.add_option("-t,--threshold", ao.threshold,
+                 "straggler threshold: relative busbw deficit vs. the op median (default 0.10)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-bytes", ao.min_bytes, "ignore ops smaller than this many bytes");
   app.add_option("--top", top, "ranks listed in the text output (default 10)");

@@ -22,12 +22,14 @@ struct reader {
   job& j;
   simdjson::dom::parser parser;
   std::unordered_map<std::string, std::uint32_t> comm_of, host_of, fn_of;
-  std::map<std::tuple<std::string, std::int64_t, std::string, std::int64_t>, std::uint64_t> drops;  // last per comm rank
-  std::map<std::pair<std::string, std::int64_t>, std::uint64_t> sink_drops;                       // per process
+  std::map<std::tuple<std::string, std::int64_t, std::string, std::int64_t>, std::uint64_t>
+      drops;                                                                 // last per comm rank
+  std::map<std::pair<std::string, std::int64_t>, std::uint64_t> sink_drops;  // per process
 
   explicit reader(job& jj) : j(jj) {}
 
-  std::uint32_t intern(std::unordered_map<std::string, std::uint32_t>& m, std::vector<std::string>& v, std::string_view s) {
+  std::uint32_t intern(std::unordered_map<std::string, std::uint32_t>& m, std::vector<std::string>& v,
+                       std::string_view s) {
     auto [it, fresh] = m.try_emplace(std::string(s), static_cast<std::uint32_t>(v.size()));
     if (fresh) v.emplace_back(s);
     return it->second;
@@ -162,15 +164,18 @@ struct reader {
     bool valid = true;
     simdjson::dom::element v;
     if (!body[pre + "_valid"].get(v) && v.get_bool().get(valid)) valid = true;
-    if (!std::isfinite(r.busbw) || !std::isfinite(r.exec_us) || r.busbw <= 0 || r.exec_us <= 0 || r.bytes == 0) valid = false;
+    if (!std::isfinite(r.busbw) || !std::isfinite(r.exec_us) || r.busbw <= 0 || r.exec_us <= 0 || r.bytes == 0)
+      valid = false;
     r.valid = valid;
     j.ops.push_back(r);
   }
 
   /// Cumulative totals per (comm, rank, process, peer, direction): the latest line wins.
-  std::map<std::tuple<std::uint32_t, std::int64_t, std::string, std::int64_t, std::int64_t, bool>, std::size_t> proxy_of;
-  void proxy_line(std::string_view id, simdjson::dom::element hdr, simdjson::dom::element meta, simdjson::dom::element body, bool ours,
-                  std::string_view node, std::int64_t rank, const std::string& where) {
+  std::map<std::tuple<std::uint32_t, std::int64_t, std::string, std::int64_t, std::int64_t, bool>, std::size_t>
+      proxy_of;
+  void proxy_line(std::string_view id, simdjson::dom::element hdr, simdjson::dom::element meta,
+                  simdjson::dom::element body, bool ours, std::string_view node, std::int64_t rank,
+                  const std::string& where) {
     simdjson::dom::array peers;
     if (rank < 0 || body["peers"].get_array().get(peers)) {
       j.warn.add("proxy_stats line without rank or peers", where);
@@ -189,8 +194,10 @@ struct reader {
       r.steps = uinteger(p, "steps", 0);
       if (r.peer < 0) continue;
       auto [it, fresh] = proxy_of.try_emplace({ci, rank, std::string(node), pid, r.peer, r.send}, j.proxy.size());
-      if (fresh) j.proxy.push_back(r);
-      else if (r.steps >= j.proxy[it->second].steps) j.proxy[it->second] = r;  // cumulative: the latest
+      if (fresh)
+        j.proxy.push_back(r);
+      else if (r.steps >= j.proxy[it->second].steps)
+        j.proxy[it->second] = r;  // cumulative: the latest
     }
   }
 
@@ -231,7 +238,8 @@ struct reader {
       while (len && (b[pos + len - 1] == '\r' || b[pos + len - 1] == ' ')) --len;
       if (len) {
         ++j.lines;
-        line(b + pos, len, size - pos + simdjson::SIMDJSON_PADDING, where + ":" + std::to_string(lineno), nl == nullptr);
+        line(b + pos, len, size - pos + simdjson::SIMDJSON_PADDING, where + ":" + std::to_string(lineno),
+             nl == nullptr);
       }
       pos = end + 1;
     }
@@ -297,12 +305,15 @@ void finish_job(job& j) {
     if (!j.comms[i].id_truncated) continue;
     std::uint32_t found = UINT32_MAX, n = 0;
     for (std::uint32_t k = 0; k < j.comms.size(); ++k)
-      if (!j.comms[k].id_truncated && j.comms[k].id.size() == 18 && j.comms[k].id.starts_with(j.comms[i].id)) found = k, ++n;
+      if (!j.comms[k].id_truncated && j.comms[k].id.size() == 18 && j.comms[k].id.starts_with(j.comms[i].id))
+        found = k, ++n;
     if (n == 1) {
       remap[i] = found;
-      j.warn.add("truncated 14-digit communicator id mapped onto the full id", j.comms[i].id + " -> " + j.comms[found].id);
+      j.warn.add("truncated 14-digit communicator id mapped onto the full id",
+                 j.comms[i].id + " -> " + j.comms[found].id);
     } else {
-      j.warn.add("truncated 14-digit communicator id (Inspector format; distinct communicators may merge)", j.comms[i].id);
+      j.warn.add("truncated 14-digit communicator id (Inspector format; distinct communicators may merge)",
+                 j.comms[i].id);
     }
   }
   for (auto& o : j.ops) o.comm = remap[o.comm];
@@ -318,8 +329,9 @@ void finish_job(job& j) {
   kept.reserve(j.ops.size());
   for (const auto& o : j.ops) {
     if (!seen.emplace(o.comm, o.rank, o.fn, o.sn, o.peer, o.host).second) {
-      j.warn.add("duplicate record (same comm, rank, function, sequence number) skipped",
-                 j.comms[o.comm].id + " rank " + std::to_string(o.rank) + " " + j.funcs[o.fn] + " sn " + std::to_string(o.sn));
+      j.warn.add(
+          "duplicate record (same comm, rank, function, sequence number) skipped",
+          j.comms[o.comm].id + " rank " + std::to_string(o.rank) + " " + j.funcs[o.fn] + " sn " + std::to_string(o.sn));
       continue;
     }
     kept.push_back(o);
@@ -329,10 +341,13 @@ void finish_job(job& j) {
   for (const auto& o : j.ops) used.insert(o.comm);
   j.comms_used = used.size();
   if (j.dropped_total)
-    j.warn.add("records dropped by the writer (dump_stats.dropped_total; ring or file rotation)", "sum of the last dump_stats of each rank", j.dropped_total);
+    j.warn.add("records dropped by the writer (dump_stats.dropped_total; ring or file rotation)",
+               "sum of the last dump_stats of each rank", j.dropped_total);
   std::uint64_t invalid = 0;
   for (const auto& o : j.ops) invalid += !o.valid;
-  if (invalid) j.warn.add("records without a valid bandwidth (unknown size, zero time or NaN), excluded from bandwidth statistics", "see the 'invalid' column", invalid);
+  if (invalid)
+    j.warn.add("records without a valid bandwidth (unknown size, zero time or NaN), excluded from bandwidth statistics",
+               "see the 'invalid' column", invalid);
 }
 
 }  // namespace ncclinsp::report

@@ -33,12 +33,23 @@ std::string jnum(double v) {
 std::string html(std::string_view s) {
   std::string o;
   for (char c : s) switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&#39;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += c;
     }
   return o;
 }
@@ -48,7 +59,9 @@ std::string csv(std::string_view s) {
   for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
   return o + "\"";
 }
-std::string comm_label(const comm_info& c) { return c.name + " (" + std::to_string(c.n_ranks) + "r/" + std::to_string(c.nnodes) + "n)"; }
+std::string comm_label(const comm_info& c) {
+  return c.name + " (" + std::to_string(c.n_ranks) + "r/" + std::to_string(c.nnodes) + "n)";
+}
 
 std::vector<const host_row*> stragglers(const analysis& a) {
   std::vector<const host_row*> s;
@@ -68,15 +81,18 @@ std::string verdict(const job& j, const analysis& a) {
     out += (i ? ", " : "") + j.hosts[s[i]->host];
     for (const auto& r : a.ranks)  // sorted latest first: the host's latest straggler rank
       if (r.straggler && r.host == s[i]->host) {
-        out += " (rank " + std::to_string(r.rank) + " of " + j.comms[r.comm].name + " arrives " + fmt::format("{:.1f}", r.late_us) + " us late: exec " +
-               pct(r.rel_exec_in_op) + " vs. the op median; its peers wait for it)";
+        out += " (rank " + std::to_string(r.rank) + " of " + j.comms[r.comm].name + " arrives " +
+               fmt::format("{:.1f}", r.late_us) + " us late: exec " + pct(r.rel_exec_in_op) +
+               " vs. the op median; its peers wait for it)";
         break;
       }
   }
   return out;
 }
 
-std::string tl_time(const timeline& t, std::size_t b) { return fmt::format("{:.1f}", static_cast<double>(b) * t.bin_s); }
+std::string tl_time(const timeline& t, std::size_t b) {
+  return fmt::format("{:.1f}", static_cast<double>(b) * t.bin_s);
+}
 
 std::string incident_line(const timeline& t, const timeline::incident& i) {
   std::string s = "t+" + tl_time(t, i.first_bin) + "s..t+" + tl_time(t, i.last_bin + 1) + "s: " + i.kind;
@@ -100,54 +116,63 @@ void write_text(std::ostream& os, const job& j, const analysis& a, int top_ranks
   for (const auto& r : a.ranks) rk.emplace(r.comm, r.rank);
   std::string vers;
   for (const auto& [v, n] : j.versions) vers += (vers.empty() ? "" : ", ") + v;
-  os << "ncclinsp-report: " << j.files << " files, " << j.ops.size() << " op records from " << j.hosts.size() << " hosts, "
-     << j.comms_used << " communicators (format " << (vers.empty() ? "-" : vers) << ")\n";
+  os << "ncclinsp-report: " << j.files << " files, " << j.ops.size() << " op records from " << j.hosts.size()
+     << " hosts, " << j.comms_used << " communicators (format " << (vers.empty() ? "-" : vers) << ")\n";
   os << "matched collectives: " << a.matched_ops << " (seen on fewer ranks than n_ranks: " << a.incomplete_ops
      << "), arrival skew from: " << a.skew_source << "\n\n";
 
   os << "Collectives by message size (busbw in GB/s over rank records; time = share of all op time)\n";
-  os << pad("comm", 16) << pad("collective", 14) << pad("size", 10, true) << pad("ops", 7, true) << pad("records", 8, true)
-     << pad("p50", 8, true) << pad("p90", 8, true) << pad("min", 8, true) << pad("exec_p50_us", 12, true) << pad("time%", 6, true) << "\n";
+  os << pad("comm", 16) << pad("collective", 14) << pad("size", 10, true) << pad("ops", 7, true)
+     << pad("records", 8, true) << pad("p50", 8, true) << pad("p90", 8, true) << pad("min", 8, true)
+     << pad("exec_p50_us", 12, true) << pad("time%", 6, true) << "\n";
   for (const auto& s : a.sizes) {
     os << pad(comm_label(j.comms[s.comm]), 16) << pad(j.funcs[s.fn], 14) << pad(human_bytes(s.bytes), 10, true)
-       << pad(std::to_string(s.ops), 7, true) << pad(std::to_string(s.records), 8, true) << pad(fmt::format("{:.2f}", s.busbw.p50), 8, true)
-       << pad(fmt::format("{:.2f}", s.busbw.p90), 8, true) << pad(fmt::format("{:.2f}", s.busbw.min), 8, true) << pad(fmt::format("{:.1f}", s.exec_us.p50), 12, true)
-       << pad(fmt::format("{:.1f}", s.time_share * 100), 6, true) << (s.invalid ? "  (" + std::to_string(s.invalid) + " invalid)" : "") << "\n";
+       << pad(std::to_string(s.ops), 7, true) << pad(std::to_string(s.records), 8, true)
+       << pad(fmt::format("{:.2f}", s.busbw.p50), 8, true) << pad(fmt::format("{:.2f}", s.busbw.p90), 8, true)
+       << pad(fmt::format("{:.2f}", s.busbw.min), 8, true) << pad(fmt::format("{:.1f}", s.exec_us.p50), 12, true)
+       << pad(fmt::format("{:.1f}", s.time_share * 100), 6, true)
+       << (s.invalid ? "  (" + std::to_string(s.invalid) + " invalid)" : "") << "\n";
   }
 
   os << "\nHosts (busbw vs. the median rank of the same op, over ops spanning hosts; vs. job = vs. the median of the same\n"
         "comm/collective/size over the whole job; late = its latest rank's mean arrival lateness (op median exec - own exec);\n"
         "STRAGGLER = holds a rank that arrives late in >= 10% of its ops)\n";
-  os << pad("host", 20) << pad("gpus", 5, true) << pad("records", 8, true) << pad("busbw_vs_op", 12, true) << pad("busbw_vs_job", 13, true)
-     << pad("exec_vs_job", 12, true) << pad("late_us", 10, true) << pad("late_ops", 9, true) << "verdict\n";
+  os << pad("host", 20) << pad("gpus", 5, true) << pad("records", 8, true) << pad("busbw_vs_op", 12, true)
+     << pad("busbw_vs_job", 13, true) << pad("exec_vs_job", 12, true) << pad("late_us", 10, true)
+     << pad("late_ops", 9, true) << "verdict\n";
   for (const auto& h : a.hosts)
     os << pad(j.hosts[h.host], 20) << pad(std::to_string(h.ranks), 5, true) << pad(std::to_string(h.records), 8, true)
        << pad(pct(h.rel_in_op), 12, true) << pad(pct(h.rel_busbw), 13, true) << pad(pct(h.rel_exec), 12, true)
-       << pad(fmt::format("{:.1f}", h.late_us), 10, true) << pad(std::to_string(h.slow_ops), 9, true) << (h.straggler ? "STRAGGLER" : "ok") << "\n";
+       << pad(fmt::format("{:.1f}", h.late_us), 10, true) << pad(std::to_string(h.slow_ops), 9, true)
+       << (h.straggler ? "STRAGGLER" : "ok") << "\n";
 
   const std::size_t n = std::min<std::size_t>(a.ranks.size(), static_cast<std::size_t>(std::max(top_ranks, 0)));
   if (n) {
-    os << "\nLatest ranks (top " << n << " of " << a.ranks.size() << " comm ranks, by exec time vs. the op median: the last to arrive has the shortest)\n";
-    os << pad("comm", 16) << pad("id", 19) << pad("rank", 5, true) << pad("host", 20) << pad("records", 8, true) << pad("busbw_vs_op", 12, true)
-       << pad("busbw_vs_job", 13, true) << pad("exec_vs_op", 11, true) << pad("late_us", 10, true) << "late_ops\n";
+    os << "\nLatest ranks (top " << n << " of " << a.ranks.size()
+       << " comm ranks, by exec time vs. the op median: the last to arrive has the shortest)\n";
+    os << pad("comm", 16) << pad("id", 19) << pad("rank", 5, true) << pad("host", 20) << pad("records", 8, true)
+       << pad("busbw_vs_op", 12, true) << pad("busbw_vs_job", 13, true) << pad("exec_vs_op", 11, true)
+       << pad("late_us", 10, true) << "late_ops\n";
     for (std::size_t i = 0; i < n; ++i) {
       const auto& r = a.ranks[i];
       os << pad(comm_label(j.comms[r.comm]), 16) << pad(j.comms[r.comm].id, 19) << pad(std::to_string(r.rank), 5, true)
          << pad(j.hosts[r.host], 20) << pad(std::to_string(r.records), 8, true) << pad(pct(r.rel_in_op), 12, true)
-         << pad(pct(r.rel_busbw), 13, true) << pad(pct(r.rel_exec_in_op), 11, true) << pad(fmt::format("{:.1f}", r.late_us), 10, true) << r.slow_ops
-         << (r.straggler ? "  STRAGGLER" : "") << "\n";
+         << pad(pct(r.rel_busbw), 13, true) << pad(pct(r.rel_exec_in_op), 11, true)
+         << pad(fmt::format("{:.1f}", r.late_us), 10, true) << r.slow_ops << (r.straggler ? "  STRAGGLER" : "") << "\n";
     }
   }
   for (const auto& m : a.missing_ranks) os << "missing: " << m << "\n";
   const auto& t = a.time;
   if (t.bins) {
-    os << "\nTimeline (" << t.bins << " bins of " << fmt::format("{:.2f}", t.bin_s) << " s by op end time; busbw vs. the series' baseline: '.' within "
-       << fmt::format("{:.0f}", a.threshold * 100) << "%, 'v' below, ' ' no op; '^' incident)\n";
+    os << "\nTimeline (" << t.bins << " bins of " << fmt::format("{:.2f}", t.bin_s)
+       << " s by op end time; busbw vs. the series' baseline: '.' within " << fmt::format("{:.0f}", a.threshold * 100)
+       << "%, 'v' below, ' ' no op; '^' incident)\n";
     os << pad("series", 20) << pad("base_GB/s", 10, true) << "\n";
     for (const auto& r : t.rows) {
       std::string line;
       for (double v : r.busbw) line += v < 0 ? ' ' : v < (1 - a.threshold) * r.baseline ? 'v' : '.';
-      os << pad((r.host ? "host " : "") + r.name, 20) << pad(fmt::format("{:.1f}", r.baseline), 10, true) << line << "\n";
+      os << pad((r.host ? "host " : "") + r.name, 20) << pad(fmt::format("{:.1f}", r.baseline), 10, true) << line
+         << "\n";
     }
     std::string mark(t.bins, ' ');
     for (const auto& i : t.incidents)
@@ -163,10 +188,10 @@ void write_csv_sizes(std::ostream& os, const job& j, const analysis& a) {
         "busbw_max_gbs,exec_p50_us,exec_p90_us,time_us,time_share\n";
   for (const auto& s : a.sizes) {
     const auto& c = j.comms[s.comm];
-    os << csv(c.name) << ',' << c.id << ',' << c.n_ranks << ',' << c.nnodes << ',' << csv(j.funcs[s.fn]) << ',' << s.bytes << ',' << s.ops << ','
-       << s.records << ',' << s.invalid << ',' << jnum(s.busbw.p50) << ',' << jnum(s.busbw.p90) << ',' << jnum(s.busbw.min) << ','
-       << jnum(s.busbw.max) << ',' << jnum(s.exec_us.p50) << ',' << jnum(s.exec_us.p90) << ',' << jnum(s.time_us) << ',' << jnum(s.time_share)
-       << '\n';
+    os << csv(c.name) << ',' << c.id << ',' << c.n_ranks << ',' << c.nnodes << ',' << csv(j.funcs[s.fn]) << ','
+       << s.bytes << ',' << s.ops << ',' << s.records << ',' << s.invalid << ',' << jnum(s.busbw.p50) << ','
+       << jnum(s.busbw.p90) << ',' << jnum(s.busbw.min) << ',' << jnum(s.busbw.max) << ',' << jnum(s.exec_us.p50) << ','
+       << jnum(s.exec_us.p90) << ',' << jnum(s.time_us) << ',' << jnum(s.time_share) << '\n';
   }
 }
 
@@ -174,24 +199,25 @@ void write_csv_ranks(std::ostream& os, const job& j, const analysis& a) {
   os << "comm_name,comm_id,rank,host,records,rel_busbw_in_op,rel_busbw_job,rel_exec_job,late_us,slow_ops\n";
   for (const auto& r : a.ranks) {
     const auto& c = j.comms[r.comm];
-    os << csv(c.name) << ',' << c.id << ',' << r.rank << ',' << csv(j.hosts[r.host]) << ',' << r.records << ',' << jnum(r.rel_in_op) << ','
-       << jnum(r.rel_busbw) << ',' << jnum(r.rel_exec) << ',' << jnum(r.late_us) << ',' << r.slow_ops << '\n';
+    os << csv(c.name) << ',' << c.id << ',' << r.rank << ',' << csv(j.hosts[r.host]) << ',' << r.records << ','
+       << jnum(r.rel_in_op) << ',' << jnum(r.rel_busbw) << ',' << jnum(r.rel_exec) << ',' << jnum(r.late_us) << ','
+       << r.slow_ops << '\n';
   }
 }
 
 void write_csv_hosts(std::ostream& os, const job& j, const analysis& a) {
   os << "host,gpus,records,rel_busbw_in_op,rel_busbw_job,rel_exec_job,late_us,slow_ops,deviation,straggler\n";
   for (const auto& h : a.hosts)
-    os << csv(j.hosts[h.host]) << ',' << h.ranks << ',' << h.records << ',' << jnum(h.rel_in_op) << ',' << jnum(h.rel_busbw) << ','
-       << jnum(h.rel_exec) << ',' << jnum(h.late_us) << ',' << h.slow_ops << ',' << jnum(h.deviation) << ',' << (h.straggler ? "true" : "false")
-       << '\n';
+    os << csv(j.hosts[h.host]) << ',' << h.ranks << ',' << h.records << ',' << jnum(h.rel_in_op) << ','
+       << jnum(h.rel_busbw) << ',' << jnum(h.rel_exec) << ',' << jnum(h.late_us) << ',' << h.slow_ops << ','
+       << jnum(h.deviation) << ',' << (h.straggler ? "true" : "false") << '\n';
 }
 
 void write_json(std::ostream& os, const job& j, const analysis& a) {
   os << "{\"summary\":{\"files\":" << j.files << ",\"records\":" << j.ops.size() << ",\"hosts\":" << j.hosts.size()
-     << ",\"communicators\":" << j.comms_used << ",\"matched_ops\":" << a.matched_ops << ",\"incomplete_ops\":" << a.incomplete_ops
-     << ",\"dropped_total\":" << j.dropped_total << ",\"skew_source\":" << jstr(a.skew_source) << ",\"threshold\":" << jnum(a.threshold)
-     << ",\"versions\":{";
+     << ",\"communicators\":" << j.comms_used << ",\"matched_ops\":" << a.matched_ops
+     << ",\"incomplete_ops\":" << a.incomplete_ops << ",\"dropped_total\":" << j.dropped_total
+     << ",\"skew_source\":" << jstr(a.skew_source) << ",\"threshold\":" << jnum(a.threshold) << ",\"versions\":{";
   bool first = true;
   for (const auto& [v, n] : j.versions) os << (std::exchange(first, false) ? "" : ",") << jstr(v) << ':' << n;
   os << "},\"verdict\":" << jstr(verdict(j, a)) << "},\n\"stragglers\":[";
@@ -201,51 +227,60 @@ void write_json(std::ostream& os, const job& j, const analysis& a) {
   first = true;
   for (const auto& s : a.sizes) {
     const auto& c = j.comms[s.comm];
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"comm_name\":" << jstr(c.name) << ",\"n_ranks\":" << c.n_ranks
-       << ",\"nnodes\":" << c.nnodes << ",\"collective\":" << jstr(j.funcs[s.fn]) << ",\"msg_size_bytes\":" << s.bytes << ",\"ops\":" << s.ops
-       << ",\"records\":" << s.records << ",\"invalid\":" << s.invalid << ",\"busbw_p50_gbs\":" << jnum(s.busbw.p50)
-       << ",\"busbw_p90_gbs\":" << jnum(s.busbw.p90) << ",\"busbw_min_gbs\":" << jnum(s.busbw.min) << ",\"exec_p50_us\":" << jnum(s.exec_us.p50)
-       << ",\"time_us\":" << jnum(s.time_us) << ",\"time_share\":" << jnum(s.time_share) << "}";
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"comm_name\":" << jstr(c.name)
+       << ",\"n_ranks\":" << c.n_ranks << ",\"nnodes\":" << c.nnodes << ",\"collective\":" << jstr(j.funcs[s.fn])
+       << ",\"msg_size_bytes\":" << s.bytes << ",\"ops\":" << s.ops << ",\"records\":" << s.records
+       << ",\"invalid\":" << s.invalid << ",\"busbw_p50_gbs\":" << jnum(s.busbw.p50)
+       << ",\"busbw_p90_gbs\":" << jnum(s.busbw.p90) << ",\"busbw_min_gbs\":" << jnum(s.busbw.min)
+       << ",\"exec_p50_us\":" << jnum(s.exec_us.p50) << ",\"time_us\":" << jnum(s.time_us)
+       << ",\"time_share\":" << jnum(s.time_share) << "}";
   }
   os << "],\n\"hosts\":[";
   first = true;
   for (const auto& h : a.hosts)
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"host\":" << jstr(j.hosts[h.host]) << ",\"gpus\":" << h.ranks
-       << ",\"records\":" << h.records << ",\"rel_busbw_in_op\":" << jnum(h.rel_in_op) << ",\"rel_busbw_job\":" << jnum(h.rel_busbw)
-       << ",\"rel_exec_job\":" << jnum(h.rel_exec) << ",\"late_us\":" << jnum(h.late_us) << ",\"slow_ops\":" << h.slow_ops
-       << ",\"deviation\":" << jnum(h.deviation) << ",\"straggler\":" << (h.straggler ? "true" : "false") << "}";
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"host\":" << jstr(j.hosts[h.host])
+       << ",\"gpus\":" << h.ranks << ",\"records\":" << h.records << ",\"rel_busbw_in_op\":" << jnum(h.rel_in_op)
+       << ",\"rel_busbw_job\":" << jnum(h.rel_busbw) << ",\"rel_exec_job\":" << jnum(h.rel_exec)
+       << ",\"late_us\":" << jnum(h.late_us) << ",\"slow_ops\":" << h.slow_ops << ",\"deviation\":" << jnum(h.deviation)
+       << ",\"straggler\":" << (h.straggler ? "true" : "false") << "}";
   os << "],\n\"ranks\":[";
   first = true;
   for (const auto& r : a.ranks) {
     const auto& c = j.comms[r.comm];
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"comm_name\":" << jstr(c.name) << ",\"comm_id\":" << jstr(c.id)
-       << ",\"rank\":" << r.rank << ",\"host\":" << jstr(j.hosts[r.host]) << ",\"records\":" << r.records
-       << ",\"rel_busbw_in_op\":" << jnum(r.rel_in_op) << ",\"rel_busbw_job\":" << jnum(r.rel_busbw) << ",\"rel_exec_job\":" << jnum(r.rel_exec)
-       << ",\"rel_exec_in_op\":" << jnum(r.rel_exec_in_op) << ",\"late_us\":" << jnum(r.late_us) << ",\"slow_ops\":" << r.slow_ops
-       << ",\"straggler\":" << (r.straggler ? "true" : "false") << "}";
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"comm_name\":" << jstr(c.name)
+       << ",\"comm_id\":" << jstr(c.id) << ",\"rank\":" << r.rank << ",\"host\":" << jstr(j.hosts[r.host])
+       << ",\"records\":" << r.records << ",\"rel_busbw_in_op\":" << jnum(r.rel_in_op)
+       << ",\"rel_busbw_job\":" << jnum(r.rel_busbw) << ",\"rel_exec_job\":" << jnum(r.rel_exec)
+       << ",\"rel_exec_in_op\":" << jnum(r.rel_exec_in_op) << ",\"late_us\":" << jnum(r.late_us)
+       << ",\"slow_ops\":" << r.slow_ops << ",\"straggler\":" << (r.straggler ? "true" : "false") << "}";
   }
   os << "],\n\"straggler_ranks\":[";
   first = true;
   for (const auto& r : a.ranks)
     if (r.straggler)
-      os << (std::exchange(first, false) ? "" : ",") << "{\"comm_name\":" << jstr(j.comms[r.comm].name) << ",\"comm_id\":" << jstr(j.comms[r.comm].id)
-         << ",\"rank\":" << r.rank << ",\"host\":" << jstr(j.hosts[r.host]) << ",\"late_us\":" << jnum(r.late_us)
+      os << (std::exchange(first, false) ? "" : ",") << "{\"comm_name\":" << jstr(j.comms[r.comm].name)
+         << ",\"comm_id\":" << jstr(j.comms[r.comm].id) << ",\"rank\":" << r.rank
+         << ",\"host\":" << jstr(j.hosts[r.host]) << ",\"late_us\":" << jnum(r.late_us)
          << ",\"rel_exec_in_op\":" << jnum(r.rel_exec_in_op) << "}";
   const auto& t = a.time;
-  os << "],\n\"timeline\":{\"bins\":" << t.bins << ",\"bin_s\":" << jnum(t.bin_s) << ",\"t0_ns\":" << t.t0_ns << ",\"series\":[";
+  os << "],\n\"timeline\":{\"bins\":" << t.bins << ",\"bin_s\":" << jnum(t.bin_s) << ",\"t0_ns\":" << t.t0_ns
+     << ",\"series\":[";
   first = true;
   for (const auto& r : t.rows) {
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"name\":" << jstr(r.name) << ",\"kind\":" << (r.host ? "\"host\"" : "\"comm\"")
-       << ",\"n_nodes\":" << r.nnodes << ",\"baseline_gbs\":" << jnum(r.baseline) << ",\"busbw_gbs\":[";
-    for (std::size_t b = 0; b < r.busbw.size(); ++b) os << (b ? "," : "") << (r.busbw[b] < 0 ? std::string("null") : jnum(r.busbw[b]));
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"name\":" << jstr(r.name)
+       << ",\"kind\":" << (r.host ? "\"host\"" : "\"comm\"") << ",\"n_nodes\":" << r.nnodes
+       << ",\"baseline_gbs\":" << jnum(r.baseline) << ",\"busbw_gbs\":[";
+    for (std::size_t b = 0; b < r.busbw.size(); ++b)
+      os << (b ? "," : "") << (r.busbw[b] < 0 ? std::string("null") : jnum(r.busbw[b]));
     os << "]}";
   }
   os << "],\n\"incidents\":[";
   first = true;
   for (const auto& i : t.incidents) {
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"start_s\":" << jnum(static_cast<double>(i.first_bin) * t.bin_s)
-       << ",\"end_s\":" << jnum(static_cast<double>(i.last_bin + 1) * t.bin_s) << ",\"kind\":" << jstr(i.kind) << ",\"culprit\":" << jstr(i.culprit)
-       << ",\"detail\":" << jstr(i.detail) << ",\"degraded\":[";
+    os << (std::exchange(first, false) ? "\n" : ",\n")
+       << "{\"start_s\":" << jnum(static_cast<double>(i.first_bin) * t.bin_s)
+       << ",\"end_s\":" << jnum(static_cast<double>(i.last_bin + 1) * t.bin_s) << ",\"kind\":" << jstr(i.kind)
+       << ",\"culprit\":" << jstr(i.culprit) << ",\"detail\":" << jstr(i.detail) << ",\"degraded\":[";
     for (std::size_t k = 0; k < i.degraded.size(); ++k) os << (k ? "," : "") << jstr(i.degraded[k]);
     os << "]}";
   }
@@ -255,12 +290,14 @@ void write_json(std::ostream& os, const job& j, const analysis& a) {
   os << "],\n\"warnings\":[";
   first = true;
   for (const auto& [k, e] : j.warn.by_kind)
-    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"kind\":" << jstr(k) << ",\"count\":" << e.count << ",\"first\":" << jstr(e.first) << "}";
+    os << (std::exchange(first, false) ? "\n" : ",\n") << "{\"kind\":" << jstr(k) << ",\"count\":" << e.count
+       << ",\"first\":" << jstr(e.first) << "}";
   os << "]}\n";
 }
 
 namespace {
-const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
 std::string heat(double rel, double thr) {
   // 1.0 (or better) green .. 1 - 3*threshold (or worse) red.
@@ -286,20 +323,27 @@ void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_
   }
   if (xmax - xmin < 1) xmin -= 1, xmax += 1;
   ymax = ymax > 0 ? ymax * 1.1 : 1;
-  auto X = [&](std::uint64_t b) { return L + (std::log2(static_cast<double>(std::max<std::uint64_t>(b, 1))) - xmin) / (xmax - xmin) * (W - L - R); };
+  auto X = [&](std::uint64_t b) {
+    return L + (std::log2(static_cast<double>(std::max<std::uint64_t>(b, 1))) - xmin) / (xmax - xmin) * (W - L - R);
+  };
   auto Y = [&](double v) { return T + (1 - v / ymax) * (H - T - B); };
-  os << "<svg class=\"chart sizes\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
-     << "\" role=\"img\"><title>" << html(j.funcs[fn]) << " bus bandwidth by message size</title>";
-  os << "<text x=\"" << L << "\" y=\"16\" class=\"t\">" << html(j.funcs[fn]) << ": busbw p50 (GB/s, bar = min..p90) by size</text>";
+  os << "<svg class=\"chart sizes\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" viewBox=\"0 0 " << W << ' ' << H << "\" role=\"img\"><title>" << html(j.funcs[fn])
+     << " bus bandwidth by message size</title>";
+  os << "<text x=\"" << L << "\" y=\"16\" class=\"t\">" << html(j.funcs[fn])
+     << ": busbw p50 (GB/s, bar = min..p90) by size</text>";
   for (int i = 0; i <= 4; ++i) {
     const double v = ymax * i / 4;
-    os << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v) << "\" class=\"grid\"/>";
-    os << "<text x=\"" << L - 4 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\" class=\"ax\">" << fmt::format("{:.0f}", v) << "</text>";
+    os << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v)
+       << "\" class=\"grid\"/>";
+    os << "<text x=\"" << L - 4 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\" class=\"ax\">"
+       << fmt::format("{:.0f}", v) << "</text>";
   }
   std::set<std::uint64_t> sizes;
   for (auto* s : rows) sizes.insert(s->bytes);
   for (auto b : sizes)
-    os << "<text x=\"" << X(b) << "\" y=\"" << H - B + 16 << "\" text-anchor=\"middle\" class=\"ax\">" << html(human_bytes(b)) << "</text>";
+    os << "<text x=\"" << X(b) << "\" y=\"" << H - B + 16 << "\" text-anchor=\"middle\" class=\"ax\">"
+       << html(human_bytes(b)) << "</text>";
   std::map<std::string, std::vector<const size_row*>> series;
   for (auto* s : rows) series[comm_label(j.comms[s->comm])].push_back(s);
   int si = 0;
@@ -310,15 +354,18 @@ void chart_sizes(std::ostream& os, const job& j, const analysis& a, std::uint32_
     for (auto* s : v) os << X(s->bytes) << ',' << Y(s->busbw.p50) << ' ';
     os << "\"/>";
     for (auto* s : v) {
-      os << "<line x1=\"" << X(s->bytes) << "\" x2=\"" << X(s->bytes) << "\" y1=\"" << Y(s->busbw.min) << "\" y2=\"" << Y(s->busbw.p90)
-         << "\" stroke=\"" << col << "\" stroke-opacity=\"0.5\" stroke-width=\"6\"/>";
-      os << "<circle cx=\"" << X(s->bytes) << "\" cy=\"" << Y(s->busbw.p50) << "\" r=\"4\" fill=\"" << col << "\"><title>" << html(name) << ' '
-         << html(human_bytes(s->bytes)) << ": p50 " << fmt::format("{:.2f}", s->busbw.p50) << " GB/s, p90 " << fmt::format("{:.2f}", s->busbw.p90) << ", min "
+      os << "<line x1=\"" << X(s->bytes) << "\" x2=\"" << X(s->bytes) << "\" y1=\"" << Y(s->busbw.min) << "\" y2=\""
+         << Y(s->busbw.p90) << "\" stroke=\"" << col << "\" stroke-opacity=\"0.5\" stroke-width=\"6\"/>";
+      os << "<circle cx=\"" << X(s->bytes) << "\" cy=\"" << Y(s->busbw.p50) << "\" r=\"4\" fill=\"" << col
+         << "\"><title>" << html(name) << ' ' << html(human_bytes(s->bytes)) << ": p50 "
+         << fmt::format("{:.2f}", s->busbw.p50) << " GB/s, p90 " << fmt::format("{:.2f}", s->busbw.p90) << ", min "
          << fmt::format("{:.2f}", s->busbw.min) << " (" << s->records << " records)</title></circle>";
     }
     const double ly = H - B + 26 + 14 * (si / 3);
-    os << "<rect x=\"" << L + 6 + 120 * (si % 3) << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\"" << col << "\"/>";
-    os << "<text x=\"" << L + 20 + 120 * (si % 3) << "\" y=\"" << ly + 9 << "\" class=\"ax\">" << html(name) << "</text>";
+    os << "<rect x=\"" << L + 6 + 120 * (si % 3) << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\"" << col
+       << "\"/>";
+    os << "<text x=\"" << L + 20 + 120 * (si % 3) << "\" y=\"" << ly + 9 << "\" class=\"ax\">" << html(name)
+       << "</text>";
     ++si;
   }
   os << "</svg>\n";
@@ -330,22 +377,27 @@ void chart_hosts(std::ostream& os, const job& j, const analysis& a) {
   double span = 2 * a.threshold;
   for (const auto& h : a.hosts) span = std::max(span, std::fabs(h.deviation) * 1.15);
   const double mid = L + (W - L - R) / 2, half = (W - L - R) / 2;
-  os << "<svg class=\"chart hosts\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
+  os << "<svg class=\"chart hosts\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" viewBox=\"0 0 " << W << ' ' << H
      << "\" role=\"img\"><title>Per-host arrival: exec time of its latest rank vs. the op median</title>";
-  os << "<text x=\"8\" y=\"16\" class=\"t\">exec time of each host's latest rank vs. the op median (red: straggler, below -" << fmt::format("{:.0f}", a.threshold * 100)
-     << "%)</text>";
+  os << "<text x=\"8\" y=\"16\" class=\"t\">exec time of each host's latest rank vs. the op median (red: straggler, below -"
+     << fmt::format("{:.0f}", a.threshold * 100) << "%)</text>";
   const double thx = mid - a.threshold / span * half;
-  os << "<line x1=\"" << thx << "\" x2=\"" << thx << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16 << "\" class=\"thr\"/>";
-  os << "<line x1=\"" << mid << "\" x2=\"" << mid << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16 << "\" stroke=\"#333\"/>";
+  os << "<line x1=\"" << thx << "\" x2=\"" << thx << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16
+     << "\" class=\"thr\"/>";
+  os << "<line x1=\"" << mid << "\" x2=\"" << mid << "\" y1=\"" << T - 4 << "\" y2=\"" << H - 16
+     << "\" stroke=\"#333\"/>";
   double y = T;
   for (const auto& h : a.hosts) {
     const double w = std::fabs(h.deviation) / span * half;
     const double x = h.deviation < 0 ? mid - w : mid;
     const char* col = h.straggler ? "#d62728" : h.deviation < 0 ? "#f2a36b" : "#2ca02c";
-    os << "<text x=\"" << L - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\" class=\"lbl\">" << html(j.hosts[h.host]) << "</text>";
-    os << "<rect class=\"bar" << (h.straggler ? " straggler" : "") << "\" x=\"" << x << "\" y=\"" << y + 3 << "\" width=\"" << std::max(w, 1.0)
-       << "\" height=\"" << row - 6 << "\" fill=\"" << col << "\"><title>" << html(j.hosts[h.host]) << ": " << pct(1 + h.deviation)
-       << (h.straggler ? " (straggler)" : "") << "</title></rect>";
+    os << "<text x=\"" << L - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\" class=\"lbl\">"
+       << html(j.hosts[h.host]) << "</text>";
+    os << "<rect class=\"bar" << (h.straggler ? " straggler" : "") << "\" x=\"" << x << "\" y=\"" << y + 3
+       << "\" width=\"" << std::max(w, 1.0) << "\" height=\"" << row - 6 << "\" fill=\"" << col << "\"><title>"
+       << html(j.hosts[h.host]) << ": " << pct(1 + h.deviation) << (h.straggler ? " (straggler)" : "")
+       << "</title></rect>";
     os << "<text x=\"" << W - R + 6 << "\" y=\"" << y + 14 << "\" class=\"ax\">" << pct(1 + h.deviation) << "</text>";
     y += row;
   }
@@ -366,20 +418,21 @@ void chart_ranks(std::ostream& os, const job& j, const analysis& a) {
   for (auto c : comms) maxr = std::max(maxr, by_comm[c].size());
   const double cell = std::clamp(560.0 / static_cast<double>(maxr), 4.0, 28.0), row = 18, L = 230, T = 28;
   const double W = L + cell * static_cast<double>(maxr) + 10, H = T + row * static_cast<double>(comms.size()) + 8;
-  os << "<svg class=\"chart ranks\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
-     << "\" role=\"img\"><title>Per-rank heat strip</title>";
-  os << "<text x=\"8\" y=\"16\" class=\"t\">busbw per rank vs. the op median (green = at median, red = " << fmt::format("{:.0f}", a.threshold * 300)
-     << "% or more below)</text>";
+  os << "<svg class=\"chart ranks\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" viewBox=\"0 0 " << W << ' ' << H << "\" role=\"img\"><title>Per-rank heat strip</title>";
+  os << "<text x=\"8\" y=\"16\" class=\"t\">busbw per rank vs. the op median (green = at median, red = "
+     << fmt::format("{:.0f}", a.threshold * 300) << "% or more below)</text>";
   double y = T;
   for (auto c : comms) {
     auto& v = by_comm[c];
     std::sort(v.begin(), v.end(), [](auto* x, auto* y2) { return x->rank < y2->rank; });
-    os << "<text x=\"" << L - 6 << "\" y=\"" << y + 12 << "\" text-anchor=\"end\" class=\"ax\">" << html(comm_label(j.comms[c])) << ' '
-       << html(j.comms[c].id.substr(0, 10)) << "</text>";
+    os << "<text x=\"" << L - 6 << "\" y=\"" << y + 12 << "\" text-anchor=\"end\" class=\"ax\">"
+       << html(comm_label(j.comms[c])) << ' ' << html(j.comms[c].id.substr(0, 10)) << "</text>";
     for (auto* r : v)
-      os << "<rect class=\"cell\" x=\"" << L + cell * r->rank << "\" y=\"" << y << "\" width=\"" << cell - 1 << "\" height=\"" << row - 2
-         << "\" fill=\"" << heat(r->rel_in_op, a.threshold) << "\"><title>" << html(j.comms[c].name) << " rank " << r->rank << " on "
-         << html(j.hosts[r->host]) << ": " << pct(r->rel_in_op) << " vs op median, " << pct(r->rel_busbw) << " vs job</title></rect>";
+      os << "<rect class=\"cell\" x=\"" << L + cell * r->rank << "\" y=\"" << y << "\" width=\"" << cell - 1
+         << "\" height=\"" << row - 2 << "\" fill=\"" << heat(r->rel_in_op, a.threshold) << "\"><title>"
+         << html(j.comms[c].name) << " rank " << r->rank << " on " << html(j.hosts[r->host]) << ": "
+         << pct(r->rel_in_op) << " vs op median, " << pct(r->rel_busbw) << " vs job</title></rect>";
     y += row;
   }
   os << "</svg>\n";
@@ -395,9 +448,10 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
         "svg{margin:6px 12px 12px 0;background:#fafafa;border:1px solid #ddd}svg .t{font-size:13px;font-weight:bold}svg .ax{font-size:11px;fill:#444}\n"
         "svg .lbl{font-size:12px}svg .grid{stroke:#e2e2e2}svg .thr{stroke:#d62728;stroke-dasharray:4 3}\n"
         ".warn{color:#8a5300}\n</style></head><body>\n";
-  os << "<h1>ncclinsp report</h1>\n<p>" << j.files << " files, " << j.ops.size() << " op records, " << j.hosts.size() << " hosts, "
-     << j.comms_used << " communicators; " << a.matched_ops << " matched collectives (" << a.incomplete_ops
-     << " seen on fewer ranks than n_ranks); arrival skew from " << html(a.skew_source) << ".</p>\n";
+  os << "<h1>ncclinsp report</h1>\n<p>" << j.files << " files, " << j.ops.size() << " op records, " << j.hosts.size()
+     << " hosts, " << j.comms_used << " communicators; " << a.matched_ops << " matched collectives ("
+     << a.incomplete_ops << " seen on fewer ranks than n_ranks); arrival skew from " << html(a.skew_source)
+     << ".</p>\n";
   const bool bad = !stragglers(a).empty();
   os << "<p class=\"verdict" << (bad ? "" : " ok") << "\" id=\"verdict\">" << html(verdict(j, a)) << "</p>\n";
 
@@ -406,22 +460,27 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
   os << "<table id=\"hosts\"><tr><th class=\"l\">host</th><th>gpus</th><th>records</th><th>busbw vs op</th><th>busbw vs job</th><th>exec vs "
         "job</th><th>late (µs)</th><th>late ops</th><th class=\"l\">verdict</th></tr>\n";
   for (const auto& h : a.hosts)
-    os << "<tr" << (h.straggler ? " class=\"straggler\"" : "") << "><td class=\"l\">" << html(j.hosts[h.host]) << "</td><td>" << h.ranks << "</td><td>"
-       << h.records << "</td><td>" << pct(h.rel_in_op) << "</td><td>" << pct(h.rel_busbw) << "</td><td>" << pct(h.rel_exec) << "</td><td>"
-       << fmt::format("{:.1f}", h.late_us) << "</td><td>" << h.slow_ops << "</td><td class=\"l\">" << (h.straggler ? "STRAGGLER" : "ok") << "</td></tr>\n";
+    os << "<tr" << (h.straggler ? " class=\"straggler\"" : "") << "><td class=\"l\">" << html(j.hosts[h.host])
+       << "</td><td>" << h.ranks << "</td><td>" << h.records << "</td><td>" << pct(h.rel_in_op) << "</td><td>"
+       << pct(h.rel_busbw) << "</td><td>" << pct(h.rel_exec) << "</td><td>" << fmt::format("{:.1f}", h.late_us)
+       << "</td><td>" << h.slow_ops << "</td><td class=\"l\">" << (h.straggler ? "STRAGGLER" : "ok") << "</td></tr>\n";
   os << "</table>\n";
   if (a.time.bins) {
     const auto& t = a.time;
-    os << "<h2>Timeline</h2>\n<p>Bus bandwidth per communicator and per host in bins of " << fmt::format("{:.2f}", t.bin_s)
-       << " s (cell: GB/s; red: below " << fmt::format("{:.0f}", (1 - a.threshold) * 100) << "% of the series' baseline; incident bins outlined).</p>\n"
+    os << "<h2>Timeline</h2>\n<p>Bus bandwidth per communicator and per host in bins of "
+       << fmt::format("{:.2f}", t.bin_s) << " s (cell: GB/s; red: below "
+       << fmt::format("{:.0f}", (1 - a.threshold) * 100) << "% of the series' baseline; incident bins outlined).</p>\n"
        << "<table id=\"timeline\" style=\"font-size:10px\"><tr><th class=\"l\">series</th><th>base</th>";
     std::vector<char> inc(t.bins, 0);
     for (const auto& i : t.incidents)
       for (auto b = i.first_bin; b <= i.last_bin; ++b) inc[b] = 1;
-    for (std::size_t b = 0; b < t.bins; ++b) os << "<th" << (inc[b] ? " class=\"incident\" style=\"outline:2px solid #d62728\"" : "") << ">" << tl_time(t, b) << "</th>";
+    for (std::size_t b = 0; b < t.bins; ++b)
+      os << "<th" << (inc[b] ? " class=\"incident\" style=\"outline:2px solid #d62728\"" : "") << ">" << tl_time(t, b)
+         << "</th>";
     os << "</tr>\n";
     for (const auto& r : t.rows) {
-      os << "<tr><td class=\"l\">" << (r.host ? "host " : "") << html(r.name) << "</td><td>" << fmt::format("{:.1f}", r.baseline) << "</td>";
+      os << "<tr><td class=\"l\">" << (r.host ? "host " : "") << html(r.name) << "</td><td>"
+         << fmt::format("{:.1f}", r.baseline) << "</td>";
       for (double v : r.busbw)
         os << "<td" << (v >= 0 && v < (1 - a.threshold) * r.baseline ? " style=\"background:#f6b0a8\"" : "") << ">"
            << (v < 0 ? std::string() : fmt::format("{:.0f}", v)) << "</td>";
@@ -438,9 +497,10 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
   os << "</div>\n<table id=\"sizes\"><tr><th class=\"l\">comm</th><th class=\"l\">collective</th><th>size</th><th>ops</th><th>records</th><th>busbw "
         "p50</th><th>p90</th><th>min</th><th>exec p50 (µs)</th><th>time %</th><th>invalid</th></tr>\n";
   for (const auto& s : a.sizes)
-    os << "<tr><td class=\"l\">" << html(comm_label(j.comms[s.comm])) << "</td><td class=\"l\">" << html(j.funcs[s.fn]) << "</td><td>"
-       << html(human_bytes(s.bytes)) << "</td><td>" << s.ops << "</td><td>" << s.records << "</td><td>" << fmt::format("{:.2f}", s.busbw.p50) << "</td><td>"
-       << fmt::format("{:.2f}", s.busbw.p90) << "</td><td>" << fmt::format("{:.2f}", s.busbw.min) << "</td><td>" << fmt::format("{:.1f}", s.exec_us.p50) << "</td><td>"
+    os << "<tr><td class=\"l\">" << html(comm_label(j.comms[s.comm])) << "</td><td class=\"l\">" << html(j.funcs[s.fn])
+       << "</td><td>" << html(human_bytes(s.bytes)) << "</td><td>" << s.ops << "</td><td>" << s.records << "</td><td>"
+       << fmt::format("{:.2f}", s.busbw.p50) << "</td><td>" << fmt::format("{:.2f}", s.busbw.p90) << "</td><td>"
+       << fmt::format("{:.2f}", s.busbw.min) << "</td><td>" << fmt::format("{:.1f}", s.exec_us.p50) << "</td><td>"
        << fmt::format("{:.1f}", s.time_share * 100) << "</td><td>" << s.invalid << "</td></tr>\n";
   os << "</table>\n<h2>Ranks</h2>\n";
   chart_ranks(os, j, a);
@@ -448,14 +508,16 @@ void write_html(std::ostream& os, const job& j, const analysis& a) {
         "op</th><th>busbw vs job</th><th>late (µs)</th><th>slow ops</th></tr>\n";
   for (std::size_t i = 0; i < a.ranks.size() && i < 50; ++i) {
     const auto& r = a.ranks[i];
-    os << "<tr><td class=\"l\">" << html(comm_label(j.comms[r.comm])) << "</td><td class=\"l\">" << html(j.comms[r.comm].id) << "</td><td>" << r.rank
-       << "</td><td class=\"l\">" << html(j.hosts[r.host]) << "</td><td>" << r.records << "</td><td>" << pct(r.rel_in_op) << "</td><td>"
-       << pct(r.rel_busbw) << "</td><td>" << fmt::format("{:.1f}", r.late_us) << "</td><td>" << r.slow_ops << "</td></tr>\n";
+    os << "<tr><td class=\"l\">" << html(comm_label(j.comms[r.comm])) << "</td><td class=\"l\">"
+       << html(j.comms[r.comm].id) << "</td><td>" << r.rank << "</td><td class=\"l\">" << html(j.hosts[r.host])
+       << "</td><td>" << r.records << "</td><td>" << pct(r.rel_in_op) << "</td><td>" << pct(r.rel_busbw) << "</td><td>"
+       << fmt::format("{:.1f}", r.late_us) << "</td><td>" << r.slow_ops << "</td></tr>\n";
   }
   os << "</table>\n";
   if (!j.warn.by_kind.empty() || !a.missing_ranks.empty()) {
     os << "<h2>Warnings</h2>\n<ul class=\"warn\">\n";
-    for (const auto& [k, e] : j.warn.by_kind) os << "<li>" << html(k) << " (" << e.count << "; first: " << html(e.first) << ")</li>\n";
+    for (const auto& [k, e] : j.warn.by_kind)
+      os << "<li>" << html(k) << " (" << e.count << "; first: " << html(e.first) << ")</li>\n";
     os << "</ul>\n";
   }
   os << "<p><small>Generated by ncclinsp-report. busbw vs op: a rank's bus bandwidth divided by the median over the ranks of the same op "

@@ -30,8 +30,8 @@ struct op_rec {
 };
 
 struct comm_info {
-  std::string id;         ///< as printed ("0x..."), after re-mapping truncated ids
-  std::string name;       ///< comm_name ("unknown" when absent)
+  std::string id;    ///< as printed ("0x..."), after re-mapping truncated ids
+  std::string name;  ///< comm_name ("unknown" when absent)
   int n_ranks = 0;
   int nnodes = 0;
   bool id_truncated = false;  ///< Inspector's 14-digit id
@@ -96,33 +96,34 @@ struct size_row {
   std::uint64_t ops = 0;      ///< distinct matched ops (comm, fn, sn)
   std::uint64_t records = 0;  ///< rank records
   std::uint64_t invalid = 0;
-  stats busbw;                ///< over valid rank records
+  stats busbw;  ///< over valid rank records
   stats exec_us;
-  double time_us = 0;         ///< sum of exec time over rank records
-  double time_share = 0;      ///< of all records' exec time
+  double time_us = 0;     ///< sum of exec time over rank records
+  double time_share = 0;  ///< of all records' exec time
 };
 
 struct rank_row {
   std::uint32_t comm = 0, rank = 0, host = 0;
   std::uint64_t records = 0;
-  double rel_busbw = 1;      ///< median of (record busbw / class median busbw), class = comm x fn x size
-  double rel_exec = 1;       ///< median of (record exec time / class median exec time)
-  double rel_in_op = 1;      ///< median of (record busbw / median busbw of the same matched op)
+  double rel_busbw = 1;       ///< median of (record busbw / class median busbw), class = comm x fn x size
+  double rel_exec = 1;        ///< median of (record exec time / class median exec time)
+  double rel_in_op = 1;       ///< median of (record busbw / median busbw of the same matched op)
   double rel_exec_in_op = 1;  ///< 10th percentile of (record exec time / median exec time of the same matched op)
   /// Mean arrival lateness in matched ops spanning hosts: op median exec time - own exec time. Clock-free: the
   /// ranks of one collective end together (collective-physics.md), so exec time = common end - own arrival.
   double late_us = 0;
-  std::uint64_t slow_ops = 0;  ///< matched ops where this rank arrived late: exec below (1 - threshold) of the op median
-  std::uint64_t matched = 0;   ///< matched ops spanning hosts with this rank
-  bool straggler = false;      ///< arrives late in >= 10% of its matched ops: a compute straggler (its peers wait)
+  std::uint64_t slow_ops =
+      0;                      ///< matched ops where this rank arrived late: exec below (1 - threshold) of the op median
+  std::uint64_t matched = 0;  ///< matched ops spanning hosts with this rank
+  bool straggler = false;     ///< arrives late in >= 10% of its matched ops: a compute straggler (its peers wait)
 };
 
 struct host_row {
   std::uint32_t host = 0;
   std::uint64_t ranks = 0, records = 0, slow_ops = 0;
   double rel_busbw = 1, rel_in_op = 1, rel_exec = 1;
-  double late_us = 0;    ///< the largest late_us of the host's ranks (its latest GPU)
-  double deviation = 0;  ///< lowest rel_exec_in_op of the host's ranks - 1 (negative: a GPU that arrives late)
+  double late_us = 0;      ///< the largest late_us of the host's ranks (its latest GPU)
+  double deviation = 0;    ///< lowest rel_exec_in_op of the host's ranks - 1 (negative: a GPU that arrives late)
   bool straggler = false;  ///< holds a straggler rank
 };
 
@@ -131,9 +132,9 @@ struct host_row {
 /// (1 - threshold) of its baseline (median of the first quarter of the bins).
 struct timeline {
   struct series {
-    std::string name;       ///< "fsdp", "dp0", "tp@node1", or a host name
-    bool host = false;      ///< a per-host series
-    int nnodes = 0;         ///< communicator series: its n_nodes
+    std::string name;           ///< "fsdp", "dp0", "tp@node1", or a host name
+    bool host = false;          ///< a per-host series
+    int nnodes = 0;             ///< communicator series: its n_nodes
     std::vector<double> busbw;  ///< per bin, GB/s; < 0 = no op in the bin
     double baseline = 0;
   };
@@ -163,11 +164,11 @@ struct proxy_host_row {
 
 struct analysis {
   std::vector<proxy_host_row> proxy_hosts;  ///< sorted by ratio, highest first; empty without proxy_stats
-  std::vector<size_row> sizes;   ///< sorted by time share
-  std::vector<rank_row> ranks;   ///< sorted by rel_in_op ascending
-  std::vector<host_row> hosts;   ///< sorted by deviation ascending
+  std::vector<size_row> sizes;              ///< sorted by time share
+  std::vector<rank_row> ranks;              ///< sorted by rel_in_op ascending
+  std::vector<host_row> hosts;              ///< sorted by deviation ascending
   std::uint64_t matched_ops = 0, incomplete_ops = 0, single_rank_ops = 0;
-  std::string skew_source;       ///< "start_ts_ns", "end_ts_ns" or "none"
+  std::string skew_source;  ///< "start_ts_ns", "end_ts_ns" or "none"
   double threshold = 0.1;
   double total_time_us = 0;
   std::vector<std::string> missing_ranks;  ///< "comm tp 0x..: ranks 3,5 never seen"

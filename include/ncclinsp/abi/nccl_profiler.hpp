@@ -25,8 +25,7 @@ enum log_level : int { log_none = 0, log_version = 1, log_warn = 2, log_info = 3
 inline constexpr unsigned long subsys_init = 1;
 inline constexpr unsigned long subsys_profile = 16384;
 
-using logger_t = void (*)(log_level level, unsigned long flags, const char* file, int line,
-                          const char* fmt, ...);
+using logger_t = void (*)(log_level level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 
 /// Event type bits (also the descriptor's `type` value).
 enum event_type : std::uint64_t {
@@ -63,24 +62,62 @@ enum event_state : int {
 
 /// State arguments (v4..v7 share this 8-byte union).
 union state_args {
-  struct { std::size_t transSize; } proxyStep;
-  struct { int appendedProxyOps; } proxyCtrl;
-  struct { void* data; } netPlugin;
-  struct { std::uint64_t pTimer; } kernelCh;
+  struct {
+    std::size_t transSize;
+  } proxyStep;
+  struct {
+    int appendedProxyOps;
+  } proxyCtrl;
+  struct {
+    void* data;
+  } netPlugin;
+  struct {
+    std::uint64_t pTimer;
+  } kernelCh;
 };
 
 // ---- members shared between versions -------------------------------------------------------
-struct proxy_op_v4 { pid_t pid; std::uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; };
-struct proxy_step_v4 { int step; };
-struct kernel_ch_v4 { std::uint8_t channelId; std::uint64_t pTimer; };
-struct net_plugin_v4 { std::int64_t id; void* data; };
+struct proxy_op_v4 {
+  pid_t pid;
+  std::uint8_t channelId;
+  int peer;
+  int nSteps;
+  int chunkSize;
+  int isSend;
+};
+struct proxy_step_v4 {
+  int step;
+};
+struct kernel_ch_v4 {
+  std::uint8_t channelId;
+  std::uint64_t pTimer;
+};
+struct net_plugin_v4 {
+  std::int64_t id;
+  void* data;
+};
 
 struct coll_v4 {
-  std::uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; std::size_t count;
-  int root; const char* datatype; std::uint8_t nChannels; std::uint8_t nWarps; const char* algo;
+  std::uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  std::uint8_t nChannels;
+  std::uint8_t nWarps;
+  const char* algo;
   const char* proto;
 };
-struct p2p_v4 { const char* func; void* buff; const char* datatype; std::size_t count; int peer; std::uint8_t nChannels; };
+struct p2p_v4 {
+  const char* func;
+  void* buff;
+  const char* datatype;
+  std::size_t count;
+  int peer;
+  std::uint8_t nChannels;
+};
 
 /// v4 descriptor: `type` is uint8_t; Coll/P2p parent is the Group handle.
 struct descr_v4 {
@@ -97,23 +134,75 @@ struct descr_v4 {
   };
 };
 
-struct group_api_v5 { bool graphCaptured; int groupDepth; };
-struct coll_api_v5 { const char* func; std::size_t count; const char* datatype; int root; void* stream; bool graphCaptured; };
-struct p2p_api_v5 { const char* func; std::size_t count; const char* datatype; void* stream; bool graphCaptured; };
-struct kernel_launch_v5 { void* stream; };
+struct group_api_v5 {
+  bool graphCaptured;
+  int groupDepth;
+};
+struct coll_api_v5 {
+  const char* func;
+  std::size_t count;
+  const char* datatype;
+  int root;
+  void* stream;
+  bool graphCaptured;
+};
+struct p2p_api_v5 {
+  const char* func;
+  std::size_t count;
+  const char* datatype;
+  void* stream;
+  bool graphCaptured;
+};
+struct kernel_launch_v5 {
+  void* stream;
+};
 struct coll_v5 {
-  std::uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; std::size_t count;
-  int root; const char* datatype; std::uint8_t nChannels; std::uint8_t nWarps; const char* algo;
-  const char* proto; void* parentGroup;
+  std::uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  std::uint8_t nChannels;
+  std::uint8_t nWarps;
+  const char* algo;
+  const char* proto;
+  void* parentGroup;
 };
-struct p2p_v5 { const char* func; void* buff; const char* datatype; std::size_t count; int peer; std::uint8_t nChannels; void* parentGroup; };
+struct p2p_v5 {
+  const char* func;
+  void* buff;
+  const char* datatype;
+  std::size_t count;
+  int peer;
+  std::uint8_t nChannels;
+  void* parentGroup;
+};
 struct ce_coll_v6 {
-  std::uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; std::size_t count;
-  int root; const char* datatype; const char* syncStrategy; bool intraBatchSync;
-  std::uint32_t batchSize; std::uint32_t numBatches; std::uint32_t ceSeqNum; void* stream;
+  std::uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  const char* syncStrategy;
+  bool intraBatchSync;
+  std::uint32_t batchSize;
+  std::uint32_t numBatches;
+  std::uint32_t ceSeqNum;
+  void* stream;
 };
-struct ce_sync_v6 { bool isComplete; int nRanks; };
-struct ce_batch_v6 { int numOps; std::size_t totalBytes; bool useIntraSync; };
+struct ce_sync_v6 {
+  bool isComplete;
+  int nRanks;
+};
+struct ce_batch_v6 {
+  int numOps;
+  std::size_t totalBytes;
+  bool useIntraSync;
+};
 
 /// v5 descriptor (112 bytes): 64-bit `type`, API events, `parentGroup`.
 struct descr_v5 {
@@ -156,21 +245,72 @@ struct descr_v6 {
   };
 };
 
-struct coll_api_v7 { const char* func; std::size_t count; const char* datatype; int root; void* stream; bool graphCaptured; std::uint64_t userTag; };
-struct p2p_api_v7 { const char* func; std::size_t count; const char* datatype; void* stream; bool graphCaptured; std::uint64_t userTag; };
-struct coll_v7 {
-  std::uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; std::size_t count;
-  int root; const char* datatype; std::uint8_t nChannels; std::uint8_t nWarps; const char* algo;
-  const char* proto; void* parentGroup; const char* kernelVariant; bool isSymColl; std::uint64_t userTag;
-};
-struct p2p_v7 { const char* func; void* buff; const char* datatype; std::size_t count; int peer; std::uint8_t nChannels; void* parentGroup; std::uint64_t userTag; };
-struct ce_coll_v7 {
-  std::uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; std::size_t count;
-  int root; const char* datatype; const char* syncStrategy; bool intraBatchSync;
-  std::uint32_t batchSize; std::uint32_t numBatches; std::uint32_t ceSeqNum; void* stream;
+struct coll_api_v7 {
+  const char* func;
+  std::size_t count;
+  const char* datatype;
+  int root;
+  void* stream;
+  bool graphCaptured;
   std::uint64_t userTag;
 };
-struct kernel_phase_v7 { std::uint8_t channelId; std::uint8_t phaseId; const char* phaseName; std::uint64_t pTimer; };
+struct p2p_api_v7 {
+  const char* func;
+  std::size_t count;
+  const char* datatype;
+  void* stream;
+  bool graphCaptured;
+  std::uint64_t userTag;
+};
+struct coll_v7 {
+  std::uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  std::uint8_t nChannels;
+  std::uint8_t nWarps;
+  const char* algo;
+  const char* proto;
+  void* parentGroup;
+  const char* kernelVariant;
+  bool isSymColl;
+  std::uint64_t userTag;
+};
+struct p2p_v7 {
+  const char* func;
+  void* buff;
+  const char* datatype;
+  std::size_t count;
+  int peer;
+  std::uint8_t nChannels;
+  void* parentGroup;
+  std::uint64_t userTag;
+};
+struct ce_coll_v7 {
+  std::uint64_t seqNumber;
+  const char* func;
+  void const* sendBuff;
+  void* recvBuff;
+  std::size_t count;
+  int root;
+  const char* datatype;
+  const char* syncStrategy;
+  bool intraBatchSync;
+  std::uint32_t batchSize;
+  std::uint32_t numBatches;
+  std::uint32_t ceSeqNum;
+  void* stream;
+  std::uint64_t userTag;
+};
+struct kernel_phase_v7 {
+  std::uint8_t channelId;
+  std::uint8_t phaseId;
+  const char* phaseName;
+  std::uint64_t pTimer;
+};
 
 /// v7 descriptor (136 bytes): user tags, symmetric kernels, kernel phases.
 struct descr_v7 {
@@ -205,10 +345,10 @@ struct profiler_table {
   result_t (*finalize)(void* context);
 };
 
-using init_v4_fn = result_t (*)(void** context, int* eActivationMask, const char* commName,
-                                std::uint64_t commHash, int nNodes, int nranks, int rank, logger_t logfn);
-using init_v5_fn = result_t (*)(void** context, std::uint64_t commId, int* eActivationMask,
-                                const char* commName, int nNodes, int nranks, int rank, logger_t logfn);
+using init_v4_fn = result_t (*)(void** context, int* eActivationMask, const char* commName, std::uint64_t commHash,
+                                int nNodes, int nranks, int rank, logger_t logfn);
+using init_v5_fn = result_t (*)(void** context, std::uint64_t commId, int* eActivationMask, const char* commName,
+                                int nNodes, int nranks, int rank, logger_t logfn);
 
 using profiler_v4 = profiler_table<descr_v4, init_v4_fn>;
 using profiler_v5 = profiler_table<descr_v5, init_v5_fn>;

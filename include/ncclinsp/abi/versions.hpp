@@ -20,11 +20,28 @@ inline constexpr int oldest = versions.front();
 inline constexpr int newest = versions.back();
 
 /// Per-version types: the event descriptor and the exported table.
-template <int V> struct version;
-template <> struct version<4> { using descr = descr_v4; using table = profiler_v4; };
-template <> struct version<5> { using descr = descr_v5; using table = profiler_v5; };
-template <> struct version<6> { using descr = descr_v6; using table = profiler_v6; };
-template <> struct version<7> { using descr = descr_v7; using table = profiler_v7; };
+template <int V>
+struct version;
+template <>
+struct version<4> {
+  using descr = descr_v4;
+  using table = profiler_v4;
+};
+template <>
+struct version<5> {
+  using descr = descr_v5;
+  using table = profiler_v5;
+};
+template <>
+struct version<6> {
+  using descr = descr_v6;
+  using table = profiler_v6;
+};
+template <>
+struct version<7> {
+  using descr = descr_v7;
+  using table = profiler_v7;
+};
 
 constexpr bool is_version(int v) noexcept {
   for (int x : versions)
@@ -38,7 +55,8 @@ template <class F>
 constexpr bool with_abi(int v, F&& f) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return ((v == versions[I] ? (f(std::integral_constant<int, versions[I]>{}), true) : false) || ...);
-  }(std::make_index_sequence<versions.size()>{});
+  }
+  (std::make_index_sequence<versions.size()>{});
 }
 
 }  // namespace ncclinsp::abi

@@ -65,12 +65,18 @@ enum class capture_status { none, active, error };
 /// The CUDA calls the timer makes. All must be non-blocking.
 template <class A>
 concept event_api = requires(A& a, typename A::event_t& out, typename A::event_t e, typename A::stream_t s, float& ms) {
-  { a.create(out) } noexcept -> std::same_as<bool>;
-  { a.destroy(e) } noexcept;
-  { a.record(e, s) } noexcept -> std::same_as<bool>;
-  { a.query(e) } noexcept -> std::same_as<event_status>;
-  { a.elapsed_ms(ms, e, e) } noexcept -> std::same_as<bool>;
-  { a.capturing(s) } noexcept -> std::same_as<capture_status>;
+  { a.create(out) }
+  noexcept->std::same_as<bool>;
+  { a.destroy(e) }
+  noexcept;
+  { a.record(e, s) }
+  noexcept->std::same_as<bool>;
+  { a.query(e) }
+  noexcept->std::same_as<event_status>;
+  { a.elapsed_ms(ms, e, e) }
+  noexcept->std::same_as<bool>;
+  { a.capturing(s) }
+  noexcept->std::same_as<capture_status>;
 };
 
 struct event_timer_options {
@@ -242,7 +248,8 @@ class basic_event_timer {
     st.captured = captured_.load(std::memory_order_relaxed);
     st.pool_exhausted = pool_exhausted_.load(std::memory_order_relaxed);
     st.cuda_errors = cuda_errors_.load(std::memory_order_relaxed);
-    for (std::uint32_t i = 0; i < size_; ++i) st.pending += slots_[i].state.load(std::memory_order_relaxed) == st_pending;
+    for (std::uint32_t i = 0; i < size_; ++i)
+      st.pending += slots_[i].state.load(std::memory_order_relaxed) == st_pending;
     return st;
   }
 

@@ -30,7 +30,8 @@ class doorbell {
   /// Wakes the sleeper, if any. Never blocks.
   void ring() noexcept {
     seq_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) NCCLINSP_UNLIKELY wake();
+    if (sleeping_.load(std::memory_order_seq_cst)) NCCLINSP_UNLIKELY
+      wake();
   }
 
   /// Sleeps until the word differs from `seen` or `deadline` passes (time_point::max(): no
@@ -56,7 +57,8 @@ class doorbell {
       ts.tv_nsec = static_cast<long>(ns % 1000000000);
       tp = &ts;
     }
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&seq_), FUTEX_WAIT_BITSET_PRIVATE, seen, tp, nullptr, FUTEX_BITSET_MATCH_ANY);
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&seq_), FUTEX_WAIT_BITSET_PRIVATE, seen, tp, nullptr,
+              FUTEX_BITSET_MATCH_ANY);
   }
 #else
   void wake() noexcept {}

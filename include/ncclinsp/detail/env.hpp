@@ -61,7 +61,11 @@ inline bool parse_duration_us(std::string_view s, std::int64_t& us) {
   long long n = 0;
   if (i == 0 || !parse_int(s.substr(0, i), n)) return false;
   const std::string_view unit = s.substr(i);
-  long long mul = unit.empty() || unit == "us" ? 1 : unit == "ms" ? 1000 : unit == "s" ? 1000000 : unit == "m" ? 60000000 : 0;
+  long long mul = unit.empty() || unit == "us" ? 1
+                  : unit == "ms"               ? 1000
+                  : unit == "s"                ? 1000000
+                  : unit == "m"                ? 60000000
+                                               : 0;
   if (!mul || n > INT64_MAX / mul) return false;
   us = n * mul;
   return true;
@@ -78,25 +82,32 @@ class env_reader {
     return (v && *v) ? v : nullptr;
   }
   void warn(const char* k, const char* v, std::string_view want) const {
-    emitf(log_, log_level::warn, "ignoring {}=\"{}\": expected {}; using the default", k, std::string_view(v).substr(0, 64), want);
+    emitf(log_, log_level::warn, "ignoring {}=\"{}\": expected {}; using the default", k,
+          std::string_view(v).substr(0, 64), want);
   }
   void boolean(const char* k, bool& out) const {
     const char* v = raw(k);
     if (!v) return;
     const std::string s = ascii_lower(v);
     long long n = 0;
-    if (s == "true" || s == "yes" || s == "on") out = true;
-    else if (s == "false" || s == "no" || s == "off") out = false;
-    else if (parse_int(s, n)) out = n != 0;
-    else warn(k, v, "0 or 1");
+    if (s == "true" || s == "yes" || s == "on")
+      out = true;
+    else if (s == "false" || s == "no" || s == "off")
+      out = false;
+    else if (parse_int(s, n))
+      out = n != 0;
+    else
+      warn(k, v, "0 or 1");
   }
   template <class I>
   void integer(const char* k, I& out, long long lo, long long hi) const {
     const char* v = raw(k);
     if (!v) return;
     long long n = 0;
-    if (parse_int(v, n) && n >= lo && n <= hi) out = static_cast<I>(n);
-    else warn(k, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    if (parse_int(v, n) && n >= lo && n <= hi)
+      out = static_cast<I>(n);
+    else
+      warn(k, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   void string(const char* k, std::string& out) const {
     if (const char* v = raw(k)) out = v;

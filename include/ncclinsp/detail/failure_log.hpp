@@ -12,7 +12,8 @@ class failure_log {
  public:
   using clock = std::chrono::steady_clock;
   /// Default: a line per new failure or change of cause, no reminders (the file sinks).
-  explicit failure_log(clock::duration min_gap = clock::duration::zero(), clock::duration repeat = clock::duration::max()) noexcept
+  explicit failure_log(clock::duration min_gap = clock::duration::zero(),
+                       clock::duration repeat = clock::duration::max()) noexcept
       : min_gap_(min_gap), repeat_(repeat) {}
 
   /// A failure with `cause` (non-zero); true when it should be logged now.

@@ -41,7 +41,8 @@ inline http_url parse_http_url(std::string_view u) {
   }
   const std::string scheme = ascii_lower(u.substr(0, scheme_end));
   if (scheme == "https") {
-    r.error = "https:// is not supported (this exporter has no TLS); use an http:// endpoint such as a local OpenTelemetry Collector";
+    r.error =
+        "https:// is not supported (this exporter has no TLS); use an http:// endpoint such as a local OpenTelemetry Collector";
     return r;
   }
   if (scheme != "http") {
@@ -74,8 +75,10 @@ inline http_url parse_http_url(std::string_view u) {
     if (colon != std::string_view::npos) r.port = std::string(authority.substr(colon + 1));
   }
   long long p = 0;
-  if (r.host.empty()) r.error = "no host";
-  else if (!parse_int(r.port, p) || p < 1 || p > 65535) r.error = "bad port \"" + r.port + "\"";
+  if (r.host.empty())
+    r.error = "no host";
+  else if (!parse_int(r.port, p) || p < 1 || p > 65535)
+    r.error = "bad port \"" + r.port + "\"";
   if (r.path.empty()) r.path = "/";
   return r;
 }
@@ -86,8 +89,8 @@ struct http_result {
 };
 
 /// One POST, all steps bounded by `deadline` (except getaddrinfo). Cold path.
-inline http_result http_post(const http_url& url, const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
-                             std::chrono::steady_clock::time_point deadline) {
+inline http_result http_post(const http_url& url, const std::vector<std::pair<std::string, std::string>>& headers,
+                             const std::string& body, std::chrono::steady_clock::time_point deadline) {
   using clk = std::chrono::steady_clock;
   http_result res;
   auto remaining_ms = [&] {
@@ -112,8 +115,10 @@ inline http_result http_post(const http_url& url, const std::vector<std::pair<st
         pollfd pfd{fd, POLLOUT, 0};
         const int n = ::poll(&pfd, 1, remaining_ms());
         socklen_t len = sizeof err;
-        if (n <= 0) err = n == 0 ? ETIMEDOUT : errno;
-        else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (n <= 0)
+          err = n == 0 ? ETIMEDOUT : errno;
+        else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+          err = errno;
       }
       if (err != 0 && err != EINPROGRESS) {
         res.error = "connect to " + url.host + ":" + url.port + ": " + std::strerror(err);
@@ -130,8 +135,10 @@ inline http_result http_post(const http_url& url, const std::vector<std::pair<st
   std::string req = "POST " + url.path + " HTTP/1.1\r\nHost: ";
   req += url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host;
   if (url.port != "80") req += ":" + url.port;
-  req += "\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: ncclinsp/" NCCLINSP_VERSION_STRING
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req +=
+      "\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\nUser-Agent: ncclinsp/" NCCLINSP_VERSION_STRING
+      "\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n";
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   req += "\r\n";
   req += body;

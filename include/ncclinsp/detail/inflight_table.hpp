@@ -68,7 +68,8 @@ class inflight_table {
   /// Frees every slot still in flight (cold: the table goes to a new communicator).
   void reset() noexcept {
     for (std::uint32_t i = 0; i < size_; ++i)
-      if (slots_[i].started_at.load(std::memory_order_relaxed)) release_if(i, slots_[i].gen.load(std::memory_order_relaxed));
+      if (slots_[i].started_at.load(std::memory_order_relaxed))
+        release_if(i, slots_[i].gen.load(std::memory_order_relaxed));
   }
 
  private:

@@ -51,8 +51,10 @@ class reader_gate {
     section& operator=(const section&) = delete;
     ~section() {
       if (!m_) return;
-      if (shared_) m_->seq.fetch_sub(1, std::memory_order_release);
-      else m_->seq.store(v_ + 1, std::memory_order_release);  // even: left
+      if (shared_)
+        m_->seq.fetch_sub(1, std::memory_order_release);
+      else
+        m_->seq.store(v_ + 1, std::memory_order_release);  // even: left
     }
 
    private:

@@ -16,7 +16,8 @@ class slot_bitmap {
  public:
   static constexpr std::uint32_t none = ~std::uint32_t{0};
 
-  explicit slot_bitmap(std::uint32_t size) : size_(size), words_((size + 63) / 64), used_(new std::atomic<std::uint64_t>[words_]()) {}
+  explicit slot_bitmap(std::uint32_t size)
+      : size_(size), words_((size + 63) / 64), used_(new std::atomic<std::uint64_t>[words_]()) {}
 
   std::uint32_t size() const noexcept { return size_; }
 
@@ -40,10 +41,14 @@ class slot_bitmap {
   }
 
   /// Takes `idx` out of the pool for good (cold: e.g. a slot whose resources could not be made).
-  void retire(std::uint32_t idx) noexcept { used_[idx / 64].fetch_or(std::uint64_t{1} << (idx % 64), std::memory_order_relaxed); }
+  void retire(std::uint32_t idx) noexcept {
+    used_[idx / 64].fetch_or(std::uint64_t{1} << (idx % 64), std::memory_order_relaxed);
+  }
 
   /// Returns `idx` to the pool. release: publish this holder's writes to the next one.
-  void release(std::uint32_t idx) noexcept { used_[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release); }
+  void release(std::uint32_t idx) noexcept {
+    used_[idx / 64].fetch_and(~(std::uint64_t{1} << (idx % 64)), std::memory_order_release);
+  }
 
  private:
   std::uint32_t size_, words_;

@@ -61,7 +61,8 @@ struct thread_slot_holder {
 /// which is what a dlopen'ed plugin needs; initial-exec would not be safe there.
 inline std::uint32_t thread_slot() noexcept {
   thread_local std::uint32_t cache = 0;  // slot + 1; 0 = not registered yet
-  if (cache != 0) [[likely]] return cache - 1;
+  if (cache != 0) [[likely]]
+    return cache - 1;
   return register_thread_slot(cache);
 }
 

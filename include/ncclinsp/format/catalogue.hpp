@@ -74,10 +74,10 @@ struct comm_totals {
 /// One series of a source: its labels (user labels last) and the numbers its families read.
 struct series_row {
   label_list labels;
-  window_acc window{};  ///< compat_*: this export window's sums
-  cell_stats stats{};   ///< op: cumulative sums (hist: non-cumulative bucket counts)
-  comm_totals comm{};   ///< comm
-  double value = 0;     ///< comm_func, proxy_state, gpu_*: the value itself
+  window_acc window{};                         ///< compat_*: this export window's sums
+  cell_stats stats{};                          ///< op: cumulative sums (hist: non-cumulative bucket counts)
+  comm_totals comm{};                          ///< comm
+  double value = 0;                            ///< comm_func, proxy_state, gpu_*: the value itself
   const proxy_peer_snapshot* proxy = nullptr;  ///< proxy: into the snapshot
   busbw_health busbw{};  ///< busbw: the detector's row (coinciding rows merged: lowest ratio, degraded if any)
 };
@@ -90,9 +90,9 @@ struct metric_family {
   std::string_view unit;  ///< UCUM, as OTLP sends it: "s", "By", "{op}", "GB/s", "us", "1"
   std::string_view help;
   series_source source;
-  bool compat;            ///< Inspector's window gauges (left out with compat_gauges = false)
+  bool compat;  ///< Inspector's window gauges (left out with compat_gauges = false)
   bool integer;
-  bool optional;          ///< written only when it has series (a diagnosis signal that is off or has no data yet)
+  bool optional;  ///< written only when it has series (a diagnosis signal that is off or has no data yet)
   double (*value)(const series_row&);  ///< histograms: the row's op count (buckets: row.stats.hist)
 
   std::string_view otlp_name() const noexcept {
@@ -120,68 +120,79 @@ inline constexpr std::array<metric_family, 26> catalogue = {{
      "Geometric mean bus bandwidth (GB/s, 1e9 bytes) of collectives completed in the last export window (Inspector-compatible).",
      series_source::compat_coll, true, false, false, detail::geomean_busbw},
     {"nccl_collective_exec_time_microseconds", metric_type::gauge, "us",
-     "Mean execution time (microseconds) of collectives completed in the last export window (Inspector-compatible).", series_source::compat_coll,
-     true, false, false, detail::mean_time_us},
+     "Mean execution time (microseconds) of collectives completed in the last export window (Inspector-compatible).",
+     series_source::compat_coll, true, false, false, detail::mean_time_us},
     {"nccl_p2p_bus_bandwidth_gbs", metric_type::gauge, "GB/s",
      "Geometric mean bus bandwidth (GB/s, 1e9 bytes) of P2P operations completed in the last export window (Inspector-compatible).",
      series_source::compat_p2p, true, false, false, detail::geomean_busbw},
     {"nccl_p2p_exec_time_microseconds", metric_type::gauge, "us",
-     "Mean execution time (microseconds) of P2P operations completed in the last export window (Inspector-compatible).", series_source::compat_p2p,
-     true, false, false, detail::mean_time_us},
-    {"ncclinsp_ops_total", metric_type::counter, "{op}", "Completed NCCL operations.", series_source::op, false, true, false,
-     [](const series_row& r) { return static_cast<double>(r.stats.ops); }},
+     "Mean execution time (microseconds) of P2P operations completed in the last export window (Inspector-compatible).",
+     series_source::compat_p2p, true, false, false, detail::mean_time_us},
+    {"ncclinsp_ops_total", metric_type::counter, "{op}", "Completed NCCL operations.", series_source::op, false, true,
+     false, [](const series_row& r) { return static_cast<double>(r.stats.ops); }},
     {"ncclinsp_bytes_total", metric_type::counter, "By",
-     "Message bytes per rank as NCCL reports them (AllGather: send bytes, ReduceScatter: receive bytes).", series_source::op, false, true, false,
-     [](const series_row& r) { return static_cast<double>(r.stats.bytes); }},
+     "Message bytes per rank as NCCL reports them (AllGather: send bytes, ReduceScatter: receive bytes).",
+     series_source::op, false, true, false, [](const series_row& r) { return static_cast<double>(r.stats.bytes); }},
     {"ncclinsp_bus_bytes_total", metric_type::counter, "By",
      "Bus bytes (traffic x nccl-tests bus factor: AllReduce 2(n-1)/n, AllGather/ReduceScatter (n-1)/n on n x bytes, "
      "Broadcast/Reduce/Send/Recv 1); rate(bus_bytes)/rate(busy_seconds)/1e9 is bus bandwidth in GB/s.",
      series_source::op, false, false, false, [](const series_row& r) { return r.stats.bus_bytes; }},
-    {"ncclinsp_busy_seconds_total", metric_type::counter, "s", "Sum of operation durations (GPU kernel span when available).", series_source::op,
-     false, false, false, [](const series_row& r) { return static_cast<double>(r.stats.busy_ns) * 1e-9; }},
-    {"ncclinsp_op_duration_seconds", metric_type::histogram, "s", "Operation duration.", series_source::op, false, false, false, detail::hist_count},
-    {"ncclinsp_inflight_ops", metric_type::gauge, "{op}", "Operations handed to the GPU and not yet completed.", series_source::comm, false, true, false,
-     [](const series_row& r) { return r.comm.inflight; }},
-    {"ncclinsp_oldest_inflight_age_seconds", metric_type::gauge, "s", "Age of the oldest in-flight operation (0 when none): the hang signal.",
-     series_source::comm, false, false, false, [](const series_row& r) { return r.comm.oldest_inflight_age_s; }},
+    {"ncclinsp_busy_seconds_total", metric_type::counter, "s",
+     "Sum of operation durations (GPU kernel span when available).", series_source::op, false, false, false,
+     [](const series_row& r) { return static_cast<double>(r.stats.busy_ns) * 1e-9; }},
+    {"ncclinsp_op_duration_seconds", metric_type::histogram, "s", "Operation duration.", series_source::op, false,
+     false, false, detail::hist_count},
+    {"ncclinsp_inflight_ops", metric_type::gauge, "{op}", "Operations handed to the GPU and not yet completed.",
+     series_source::comm, false, true, false, [](const series_row& r) { return r.comm.inflight; }},
+    {"ncclinsp_oldest_inflight_age_seconds", metric_type::gauge, "s",
+     "Age of the oldest in-flight operation (0 when none): the hang signal.", series_source::comm, false, false, false,
+     [](const series_row& r) { return r.comm.oldest_inflight_age_s; }},
     {"ncclinsp_seconds_since_last_completion", metric_type::gauge, "s",
-     "Seconds since the communicator last completed an operation (0 before the first).", series_source::comm, false, false, false,
-     [](const series_row& r) { return r.comm.since_last_completion_s; }},
+     "Seconds since the communicator last completed an operation (0 before the first).", series_source::comm, false,
+     false, false, [](const series_row& r) { return r.comm.since_last_completion_s; }},
     {"ncclinsp_invalid_ops_total", metric_type::counter, "{op}",
-     "Operations with zero duration, zero or overflowing size, or unknown function/datatype.", series_source::comm, false, true, false,
-     [](const series_row& r) { return r.comm.invalid; }},
-    {"ncclinsp_abandoned_ops_total", metric_type::counter, "{op}", "Operations still in flight when their communicator was destroyed.",
-     series_source::comm, false, true, false, [](const series_row& r) { return r.comm.abandoned; }},
-    {"ncclinsp_last_completed_seq", metric_type::gauge, "1", "Last completed NCCL sequence number per communicator and function.",
-     series_source::comm_func, false, true, false, [](const series_row& r) { return r.value; }},
+     "Operations with zero duration, zero or overflowing size, or unknown function/datatype.", series_source::comm,
+     false, true, false, [](const series_row& r) { return r.comm.invalid; }},
+    {"ncclinsp_abandoned_ops_total", metric_type::counter, "{op}",
+     "Operations still in flight when their communicator was destroyed.", series_source::comm, false, true, false,
+     [](const series_row& r) { return r.comm.abandoned; }},
+    {"ncclinsp_last_completed_seq", metric_type::gauge, "1",
+     "Last completed NCCL sequence number per communicator and function.", series_source::comm_func, false, true, false,
+     [](const series_row& r) { return r.value; }},
     {"ncclinsp_proxy_wait_seconds_total", metric_type::counter, "s",
      "Sampled network steps (NCCLINSP_PROXY): seconds spent per ProxyStep state, per peer rank and direction (send: gpu, peer_credit, "
      "network; recv: network, flush, gpu).",
      series_source::proxy_state, false, false, true, [](const series_row& r) { return r.value; }},
-    {"ncclinsp_proxy_bytes_total", metric_type::counter, "By", "Sampled network steps (NCCLINSP_PROXY): bytes, per peer rank and direction.",
-     series_source::proxy, false, true, true, [](const series_row& r) { return static_cast<double>(r.proxy->bytes); }},
-    {"ncclinsp_proxy_steps_total", metric_type::counter, "{step}", "Sampled network steps (NCCLINSP_PROXY): steps completed, per peer rank and direction.",
-     series_source::proxy, false, true, true, [](const series_row& r) { return static_cast<double>(r.proxy->steps); }},
+    {"ncclinsp_proxy_bytes_total", metric_type::counter, "By",
+     "Sampled network steps (NCCLINSP_PROXY): bytes, per peer rank and direction.", series_source::proxy, false, true,
+     true, [](const series_row& r) { return static_cast<double>(r.proxy->bytes); }},
+    {"ncclinsp_proxy_steps_total", metric_type::counter, "{step}",
+     "Sampled network steps (NCCLINSP_PROXY): steps completed, per peer rank and direction.", series_source::proxy,
+     false, true, true, [](const series_row& r) { return static_cast<double>(r.proxy->steps); }},
     {"ncclinsp_busbw_ratio_to_baseline", metric_type::gauge, "1",
      "In-process detector: median bus bandwidth of the recent export windows / the baseline windows' median (frozen while degraded).",
      series_source::busbw, false, false, true, [](const series_row& r) { return r.busbw.ratio; }},
-    {"ncclinsp_busbw_degraded", metric_type::gauge, "1", "In-process detector: 1 while this communicator/collective/size is degraded, else 0.",
-     series_source::busbw, false, true, true, [](const series_row& r) { return r.busbw.degraded ? 1.0 : 0.0; }},
+    {"ncclinsp_busbw_degraded", metric_type::gauge, "1",
+     "In-process detector: 1 while this communicator/collective/size is degraded, else 0.", series_source::busbw, false,
+     true, true, [](const series_row& r) { return r.busbw.degraded ? 1.0 : 0.0; }},
     {"ncclinsp_busbw_degradations_total", metric_type::counter, "{event}",
-     "In-process detector: times this communicator/collective/size turned degraded.", series_source::busbw, false, true, true,
-     [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
-    {"ncclinsp_dropped_events_total", metric_type::counter, "{event}", "Events lost, by reason (never silent).", series_source::gpu_dropped, false,
+     "In-process detector: times this communicator/collective/size turned degraded.", series_source::busbw, false, true,
+     true, [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
+    {"ncclinsp_dropped_events_total", metric_type::counter, "{event}", "Events lost, by reason (never silent).",
+     series_source::gpu_dropped, false, true, false, [](const series_row& r) { return r.value; }},
+    {"ncclinsp_filtered_ops_total", metric_type::counter, "{op}",
+     "Operations skipped on purpose (minimum size, missing GPU timing), by reason.", series_source::gpu_filtered, false,
      true, false, [](const series_row& r) { return r.value; }},
-    {"ncclinsp_filtered_ops_total", metric_type::counter, "{op}", "Operations skipped on purpose (minimum size, missing GPU timing), by reason.",
-     series_source::gpu_filtered, false, true, false, [](const series_row& r) { return r.value; }},
     {"ncclinsp_series_overflow", metric_type::gauge, "1",
      "Series left out of this file by the per-file cap (NCCLINSP_MAX_SERIES): op series sets folded into comm_name=\"_overflow\", "
      "communicators and Inspector-compatible sets not written.",
      series_source::gpu_overflow, false, true, true, [](const series_row& r) { return r.value; }},
-    {"ncclinsp_export_timestamp_seconds", metric_type::gauge, "s", "Unix time at which this file was written (stale-exporter signal).",
-     series_source::gpu, false, false, false, [](const series_row& r) { return r.value; }},
-    {"ncclinsp_info", metric_type::gauge, "1", "ncclinsp build and profiler ABI; 'final' is 1 in the file written at shutdown.",
-     series_source::gpu_info, false, true, false, [](const series_row& r) { return r.value; }},
+    {"ncclinsp_export_timestamp_seconds", metric_type::gauge, "s",
+     "Unix time at which this file was written (stale-exporter signal).", series_source::gpu, false, false, false,
+     [](const series_row& r) { return r.value; }},
+    {"ncclinsp_info", metric_type::gauge, "1",
+     "ncclinsp build and profiler ABI; 'final' is 1 in the file written at shutdown.", series_source::gpu_info, false,
+     true, false, [](const series_row& r) { return r.value; }},
 }};
 
 /// The rows of every source: sorted by labels, but those of the diagnosis sources in snapshot order
@@ -211,8 +222,8 @@ void move_rows(Map& m, std::vector<series_row>& out, Fill fill) {
 /// gauges and the detector take the worst); `max_comms` keeps only the first that many
 /// communicators of each GPU (snapshot order) in the communicator and diagnosis sources.
 template <class NativeBucketer = pow2_bucketer>
-series_table collect_series(const snapshot& snap, std::optional<std::string_view> uuid = std::nullopt, bool compat_gauges = true,
-                            const cardinality& card = {}, std::size_t max_comms = SIZE_MAX) {
+series_table collect_series(const snapshot& snap, std::optional<std::string_view> uuid = std::nullopt,
+                            bool compat_gauges = true, const cardinality& card = {}, std::size_t max_comms = SIZE_MAX) {
   series_table t;
   const auto& ident = snap.identity;
   auto mine = [&](const std::string& u) { return !uuid || u == *uuid; };
@@ -230,8 +241,13 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
     const std::string ap = card.algo_proto ? algo_proto_label(cell.alg, cell.pro) : std::string();
     const std::string fn(to_string(cell.fn));
     if (compat_gauges && cell.window.valid_ops() > 0) {
-      label_list l = {{"version", version}, {"slurm_job_id", ident.slurm_job_id}, {"node", ident.node}, {"gpu", gpu_label(d)},
-                      {"comm_name", comm_name(d)}, {"n_nodes", std::to_string(d.nnodes)}, {"nranks", std::to_string(d.nranks)}};
+      label_list l = {{"version", version},
+                      {"slurm_job_id", ident.slurm_job_id},
+                      {"node", ident.node},
+                      {"gpu", gpu_label(d)},
+                      {"comm_name", comm_name(d)},
+                      {"n_nodes", std::to_string(d.nnodes)},
+                      {"nranks", std::to_string(d.nranks)}};
       if (p2p)
         l.insert(l.end(), {{"p2p_operation", fn}, {"message_size", inspector_bucketer::label(cell.size_index)}});
       else
@@ -248,15 +264,18 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
     label_list l = comm_labels(snap, d, card);
     const std::uint32_t nb = NativeBucketer::index(inspector_bucketer::lower_bound(cell.size_index));
     l.insert(l.end(), {{"collective", fn},
-                       {"message_size", cell.total.valid_ops() ? size_label<NativeBucketer>(nb, card.size_bucket_bits) : std::string("invalid")}});
+                       {"message_size", cell.total.valid_ops() ? size_label<NativeBucketer>(nb, card.size_bucket_bits)
+                                                               : std::string("invalid")}});
     if (card.algo_proto) l.emplace_back("algo_proto", ap);
     if (cell.tag_index || !snap.user_tags.empty()) l.emplace_back("user_tag", user_tag_label(snap, cell.tag_index));
     add_user_labels(l, snap);
     for_each_stat(native[l], cell.total, [](auto& sum, const auto& v) { sum += v; });
   }
   auto rows = [&](series_source s) -> std::vector<series_row>& { return t.rows[static_cast<std::size_t>(s)]; };
-  detail::move_rows(compat_coll, rows(series_source::compat_coll), [](series_row& r, const window_acc& w) { r.window = w; });
-  detail::move_rows(compat_p2p, rows(series_source::compat_p2p), [](series_row& r, const window_acc& w) { r.window = w; });
+  detail::move_rows(compat_coll, rows(series_source::compat_coll),
+                    [](series_row& r, const window_acc& w) { r.window = w; });
+  detail::move_rows(compat_p2p, rows(series_source::compat_p2p),
+                    [](series_row& r, const window_acc& w) { r.window = w; });
   detail::move_rows(native, rows(series_source::op), [](series_row& r, const cell_stats& s) { r.stats = s; });
 
   // ---- communicators ---------------------------------------------------------------------------
@@ -284,7 +303,8 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
     comm_totals& ct = comms[std::move(l)];
     ct.inflight += static_cast<double>(c.inflight);
     ct.oldest_inflight_age_s = std::max(ct.oldest_inflight_age_s, c.oldest_inflight_age_s);
-    ct.since_last_completion_s = std::max(ct.since_last_completion_s, c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s);
+    ct.since_last_completion_s =
+        std::max(ct.since_last_completion_s, c.since_last_completion_s < 0 ? 0.0 : c.since_last_completion_s);
     ct.invalid += invalid[i];
     ct.abandoned += static_cast<double>(c.abandoned);
   }
@@ -373,7 +393,8 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
 /// Calls f(family, labels, value, row) for every sample of `snap` (of GPU `*uuid`, or of all GPUs),
 /// family by family in catalogue order; `compat_gauges` false skips Inspector's gauges.
 template <class NativeBucketer = pow2_bucketer, class F>
-void for_each_sample(const snapshot& snap, F&& f, std::optional<std::string_view> uuid = std::nullopt, bool compat_gauges = true) {
+void for_each_sample(const snapshot& snap, F&& f, std::optional<std::string_view> uuid = std::nullopt,
+                     bool compat_gauges = true) {
   const series_table t = collect_series<NativeBucketer>(snap, uuid, compat_gauges);
   for (const metric_family& fam : catalogue) {
     if (fam.compat && !compat_gauges) continue;

@@ -62,7 +62,10 @@ inline void write_trace_event(json_writer& w, const trace_event& e) {
   w.begin_object().key("ph").value("X").key("name").value(to_string(op.fn));
   w.key("cat").value(e.channel >= 0 ? "channel" : is_p2p(op.fn) ? "p2p" : "coll");
   w.key("pid").value(e.pid).key("tid").value(e.tid);
-  w.key("ts").scaled(op.start_ns, 3).key("dur").scaled(dur, 3);  // microseconds, exactly (no double rounding for large epochs)
+  w.key("ts")
+      .scaled(op.start_ns, 3)
+      .key("dur")
+      .scaled(dur, 3);  // microseconds, exactly (no double rounding for large epochs)
   w.key("args").begin_object().key("comm").hex64(e.comm_hash);
   w.key("rank").value(e.rank).key("n_ranks").value(e.nranks).key("seq").value(op.seq);
   if (e.channel >= 0) {  // a channel's share of bytes is unknown: no bandwidth for its span
@@ -91,8 +94,8 @@ inline void write_trace_event(std::string& out, const trace_event& e) {
 
 /// A whole trace file: {"traceEvents":[metadata..., events...], "displayTimeUnit":"ms",
 /// "otherData":{...}}. `other` is a list of string key/value pairs (host, node, pid, ...).
-inline void write_chrome_trace(std::string& out, std::span<const trace_process> procs, std::span<const trace_thread> threads,
-                               std::span<const trace_event> events,
+inline void write_chrome_trace(std::string& out, std::span<const trace_process> procs,
+                               std::span<const trace_thread> threads, std::span<const trace_event> events,
                                std::span<const std::pair<std::string, std::string>> other = {}) {
   json_writer w(out);
   w.begin_object().key("traceEvents").begin_array({"\n", "\n"});  // one event a line

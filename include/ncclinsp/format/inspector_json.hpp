@@ -38,7 +38,8 @@ inline void json_header_metadata(json_writer& w, const snapshot& snap, const com
   w.key("dump_timestamp_us").value(snap.time_unix_ns / 1000);
   w.key("hostname").value(snap.identity.hostname);
   w.key("pid").value(snap.identity.pid);
-  if (!snap.identity.node.empty()) w.key("node").value(snap.identity.node);  // ncclinsp extension: the node label (NCCLINSP_NODE_NAME or host name)
+  if (!snap.identity.node.empty())
+    w.key("node").value(snap.identity.node);  // ncclinsp extension: the node label (NCCLINSP_NODE_NAME or host name)
   w.end_object();
 }
 
@@ -70,7 +71,8 @@ inline void append_event_trace(json_writer& w, std::string_view p, const op_trac
     char name[64];
     auto field = [&](std::string_view first, std::string_view second, std::uint64_t sn, std::uint64_t cpu_ns) {
       std::size_t n = 0;
-      for (std::string_view part : {first, second, suffix}) n += part.copy(name + n, std::min(part.size(), sizeof name - n));
+      for (std::string_view part : {first, second, suffix})
+        n += part.copy(name + n, std::min(part.size(), sizeof name - n));
       w.key(std::string_view(name, n)).value(ts ? cpu_ns / 1000 : sn);
     };
     field(p, "_start", t.start_sn, t.start_cpu_ns);
@@ -135,7 +137,8 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
   w.key(key("start_ts_ns")).value(op.start_ns);
   w.key(key("end_ts_ns")).value(op.end_ns);
   w.key(key("valid")).value(valid);
-  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size()) detail::append_event_trace(w, p, snap.traces[static_cast<std::size_t>(r.trace)]);
+  if (verbose && r.trace >= 0 && static_cast<std::size_t>(r.trace) < snap.traces.size())
+    detail::append_event_trace(w, p, snap.traces[static_cast<std::size_t>(r.trace)]);
   w.end_object().end_object();
   out += '\n';
 }
@@ -145,8 +148,9 @@ inline void write_inspector_record(std::string& out, const snapshot& snap, const
 /// export. With `sink_dropped_cumulative` (the json sink passes it) two unambiguous fields follow:
 /// `ring_dropped_total` (this comm's collector drops, cumulative) and `sink_dropped_total` (the
 /// process's sink drops, cumulative: the same value in every comm's record).
-inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_snapshot& c, std::uint64_t records_written,
-                             std::uint64_t records_dropped_by_sink, std::uint64_t sink_dropped_cumulative = UINT64_MAX) {
+inline void write_dump_stats(std::string& out, const snapshot& snap, const comm_snapshot& c,
+                             std::uint64_t records_written, std::uint64_t records_dropped_by_sink,
+                             std::uint64_t sink_dropped_cumulative = UINT64_MAX) {
   json_writer w(out);
   detail::json_header_metadata(w, snap, c.desc);
   std::uint64_t dropped = records_dropped_by_sink;

@@ -24,11 +24,21 @@ inline void append_json_escaped(std::string& out, std::string_view v) {
   for (char ch : v) {
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           out += "\\u00";
@@ -103,8 +113,7 @@ class json_writer {
     return *this;
   }
   template <class I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
-  json_writer& value(I v) {
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) json_writer& value(I v) {
     separate();
     append_int(out_, v);
     return *this;
@@ -144,8 +153,7 @@ class json_writer {
   }
   /// An integer as a JSON string (protobuf's JSON mapping of 64-bit integers, Inspector's user tag).
   template <class I>
-    requires std::is_integral_v<I>
-  json_writer& quoted(I v) {
+  requires std::is_integral_v<I> json_writer& quoted(I v) {
     separate();
     out_ += '"';
     append_int(out_, v);

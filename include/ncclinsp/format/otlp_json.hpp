@@ -51,7 +51,15 @@ namespace detail {
 inline void json_attributes(json_writer& w, const attribute_list& attrs) {
   w.key("attributes").begin_array();
   for (const auto& [k, v] : attrs)
-    w.begin_object().key("key").value(k).key("value").begin_object().key("stringValue").value(v).end_object().end_object();
+    w.begin_object()
+        .key("key")
+        .value(k)
+        .key("value")
+        .begin_object()
+        .key("stringValue")
+        .value(v)
+        .end_object()
+        .end_object();
   w.end_array();
 }
 
@@ -64,14 +72,16 @@ struct otlp_metric {
 
 /// Opens a data point's object and writes its attributes and times; the caller adds the value.
 /// Times and 64-bit counts are int64/uint64/fixed64 in the protobuf: JSON strings (quoted()).
-inline void point_header(json_writer& w, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns, bool cumulative) {
+inline void point_header(json_writer& w, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns,
+                         bool cumulative) {
   w.begin_object();
   json_attributes(w, attrs);
   if (cumulative) w.key("startTimeUnixNano").quoted(start_ns);
   w.key("timeUnixNano").quoted(now_ns);
 }
 
-inline void number_point(otlp_metric& m, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns, double v) {
+inline void number_point(otlp_metric& m, const attribute_list& attrs, std::uint64_t start_ns, std::uint64_t now_ns,
+                         double v) {
   std::string p;
   json_writer w(p);
   const bool cumulative = m.kind == otlp_metric::sum_int || m.kind == otlp_metric::sum_double;
@@ -117,9 +127,11 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
     if (fam.compat && !o.compat_gauges) continue;
     if (fam.type == metric_type::histogram && o.card.histogram == histogram_mode::off) continue;
     const auto kind = fam.type == metric_type::histogram ? otlp_metric::histogram
-                      : fam.type == metric_type::counter  ? (fam.integer ? otlp_metric::sum_int : otlp_metric::sum_double)
-                                                          : (fam.integer ? otlp_metric::gauge_int : otlp_metric::gauge_double);
-    otlp_metric& m = metrics.emplace_back(otlp_metric{std::string(fam.otlp_name()), std::string(fam.help), std::string(fam.unit), kind, {}});
+                      : fam.type == metric_type::counter
+                          ? (fam.integer ? otlp_metric::sum_int : otlp_metric::sum_double)
+                          : (fam.integer ? otlp_metric::gauge_int : otlp_metric::gauge_double);
+    otlp_metric& m = metrics.emplace_back(
+        otlp_metric{std::string(fam.otlp_name()), std::string(fam.help), std::string(fam.unit), kind, {}});
     for (const series_row& r : table.of(fam.source)) {
       if (kind != otlp_metric::histogram) {
         number_point(m, r.labels, start, now, fam.value(r));
@@ -140,7 +152,8 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
         w.quoted(n);
       }
       w.end_array().key("explicitBounds").begin_array();
-      for (std::size_t k = 0; k + 1 < hist_buckets.size(); ++k) w.value(static_cast<double>(duration_bounds_ns[hist_buckets[k]]) * 1e-9);
+      for (std::size_t k = 0; k + 1 < hist_buckets.size(); ++k)
+        w.value(static_cast<double>(duration_bounds_ns[hist_buckets[k]]) * 1e-9);
       w.end_array().end_object();
       m.points.push_back(std::move(p));
     }
@@ -153,7 +166,13 @@ std::string write_otlp_json(const snapshot& snap, const otlp_json_options& o = {
   w.begin_object().key("resourceMetrics").begin_array().begin_object().key("resource").begin_object();
   json_attributes(w, o.resource);
   w.end_object().key("scopeMetrics").begin_array().begin_object();
-  w.key("scope").begin_object().key("name").value(o.scope_name).key("version").value(NCCLINSP_VERSION_STRING).end_object();
+  w.key("scope")
+      .begin_object()
+      .key("name")
+      .value(o.scope_name)
+      .key("version")
+      .value(NCCLINSP_VERSION_STRING)
+      .end_object();
   w.key("metrics").begin_array();
   for (const auto& m : metrics)
     if (!m.points.empty()) write_metric(w, m);

@@ -78,7 +78,7 @@ inline void sample(std::string& out, std::string_view name, const std::string& l
 /// signal), then the compatible gauges.
 struct series_budget {
   std::size_t native = SIZE_MAX, comms = SIZE_MAX, compat = SIZE_MAX;  ///< how many are written
-  std::size_t folded_sets = 0, left_comms = 0, left_compat = 0;         ///< how many are not
+  std::size_t folded_sets = 0, left_comms = 0, left_compat = 0;        ///< how many are not
 };
 
 /// Appends the exposition text for GPU `uuid` to `out`: every family of the catalogue
@@ -107,7 +107,8 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   // Per-file cap: decide what fits before writing anything.
   if (card.max_series) {
     series_budget budget;
-    const std::size_t fixed = drop_reason_names.size() + filter_reason_names.size() + 2 + 3;  // GPU families + overflow gauges
+    const std::size_t fixed =
+        drop_reason_names.size() + filter_reason_names.size() + 2 + 3;  // GPU families + overflow gauges
     std::size_t left = card.max_series > fixed ? card.max_series - fixed : 0;
     std::vector<series_row>& native = rows_of(series_source::op);
     const std::size_t n_native = native.size();
@@ -137,7 +138,8 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
 
     if (budget.left_comms) {  // the communicator sources again, of the communicators that fit
       series_table kept = collect_series<NativeBucketer>(snap, uuid, false, card, budget.comms);
-      for (auto s : {series_source::comm, series_source::comm_func, series_source::proxy_state, series_source::proxy, series_source::busbw})
+      for (auto s : {series_source::comm, series_source::comm_func, series_source::proxy_state, series_source::proxy,
+                     series_source::busbw})
         rows_of(s) = std::move(kept.rows[static_cast<std::size_t>(s)]);
     }
     if (budget.folded_sets) {
@@ -147,8 +149,10 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
       native.resize(budget.native);
       label_list l = comm_labels(snap, *gpu_desc, card);
       for (auto& [k, v] : l)
-        if (k == "comm_name" || k == "comm_hash" || k == "rank") v = "_overflow";
-        else if (k == "nranks" || k == "n_nodes") v = "0";
+        if (k == "comm_name" || k == "comm_hash" || k == "rank")
+          v = "_overflow";
+        else if (k == "nranks" || k == "n_nodes")
+          v = "0";
       l.insert(l.end(), {{"collective", "_overflow"}, {"message_size", "_overflow"}});
       if (card.algo_proto) l.emplace_back("algo_proto", "_overflow");
       add_user_labels(l, snap);
@@ -159,7 +163,8 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
     coll.resize(std::min(coll.size(), budget.compat));
     p2p.resize(std::min(p2p.size(), budget.compat - coll.size()));
     for (const auto& [kind, n] : {std::pair<const char*, std::size_t>{"op_sets", budget.folded_sets},
-                                  {"comms", budget.left_comms}, {"compat", budget.left_compat}}) {
+                                  {"comms", budget.left_comms},
+                                  {"compat", budget.left_compat}}) {
       label_list l = identity_labels(snap, comm_desc{.device = gpu_desc->device, .uuid = gpu_desc->uuid});
       l.emplace_back("kind", kind);
       add_user_labels(l, snap);
@@ -174,11 +179,14 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
   for (std::size_t s = 0; s < series_source_count; ++s) {
     for (const series_row& r : table.rows[s]) rendered[s].emplace_back(render(r.labels), &r);
     const auto src = static_cast<series_source>(s);
-    if (src == series_source::comm || src == series_source::comm_func || src == series_source::proxy || src == series_source::busbw)
-      std::stable_sort(rendered[s].begin(), rendered[s].end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (src == series_source::comm || src == series_source::comm_func || src == series_source::proxy ||
+        src == series_source::busbw)
+      std::stable_sort(rendered[s].begin(), rendered[s].end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
     if (src == series_source::proxy_state)  // by peer and direction, states in their own order
       std::stable_sort(rendered[s].begin(), rendered[s].end(), [](const auto& a, const auto& b) {
-        return std::string_view(a.first).substr(0, a.first.rfind(",state=")) < std::string_view(b.first).substr(0, b.first.rfind(",state="));
+        return std::string_view(a.first).substr(0, a.first.rfind(",state=")) <
+               std::string_view(b.first).substr(0, b.first.rfind(",state="));
       });
   }
   for (const metric_family& fam : catalogue) {

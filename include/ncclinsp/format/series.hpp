@@ -53,8 +53,8 @@ inline std::vector<std::size_t> histogram_buckets(histogram_mode mode) {
   for (std::size_t i = 0; i < duration_buckets; ++i) {
     const bool inf = i == duration_bounds_ns.size();
     const std::uint64_t ns = inf ? 0 : duration_bounds_ns[i];
-    if (mode == histogram_mode::full ||
-        inf || ns == 100000 || ns == 1000000 || ns == 10000000 || ns == 100000000 || ns == 1000000000 || ns == 10000000000ull)
+    if (mode == histogram_mode::full || inf || ns == 100000 || ns == 1000000 || ns == 10000000 || ns == 100000000 ||
+        ns == 1000000000 || ns == 10000000000ull)
       b.push_back(i);
   }
   return b;
@@ -65,7 +65,9 @@ template <class NativeBucketer>
 std::string size_label(std::uint32_t nb, std::uint32_t bits) {
   if (bits <= 1 || nb == 0) return NativeBucketer::label(nb);
   const std::uint32_t g = (nb - 1) / bits, lo = g * bits, hi = lo + bits;
-  auto pow2 = [](std::uint32_t e) { return NativeBucketer::label(e + 1).substr(0, NativeBucketer::label(e + 1).find('-')); };
+  auto pow2 = [](std::uint32_t e) {
+    return NativeBucketer::label(e + 1).substr(0, NativeBucketer::label(e + 1).find('-'));
+  };
   return pow2(lo) + "-" + (hi >= 64 ? std::string("16EiB") : pow2(hi));
 }
 
@@ -101,7 +103,10 @@ inline void add_user_labels(label_list& l, const snapshot& snap) {
 }
 /// slurm_job_id, node, gpu, uuid: the labels of GPU/process families.
 inline label_list identity_labels(const snapshot& snap, const comm_desc& d) {
-  return {{"slurm_job_id", snap.identity.slurm_job_id}, {"node", snap.identity.node}, {"gpu", gpu_label(d)}, {"uuid", d.uuid}};
+  return {{"slurm_job_id", snap.identity.slurm_job_id},
+          {"node", snap.identity.node},
+          {"gpu", gpu_label(d)},
+          {"uuid", d.uuid}};
 }
 /// identity + comm_name, comm_hash, rank, nranks, n_nodes: the labels of communicator families
 /// (less the ones `card` drops).

@@ -80,10 +80,17 @@ inline std::string sanitize_utf8(std::string_view s, std::size_t max_bytes = 256
 inline void append_label_value(std::string& out, std::string_view v) {
   for (char ch : v) {
     switch (ch) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += ch;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += ch;
     }
   }
 }

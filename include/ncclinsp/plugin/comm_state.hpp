@@ -25,14 +25,14 @@ inline constexpr std::uint32_t proxy_steps_per_comm = 1024;
 struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
   std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
-  std::atomic<std::uint32_t> ch_stopped{0};   // channels stopped; one writer (the op's channel thread)
-  std::atomic<std::uint64_t> started_at{0};   // coarse CPU ns at enqueue, 0 = free or completed
+  std::atomic<std::uint32_t> ch_stopped{0};  // channels stopped; one writer (the op's channel thread)
+  std::atomic<std::uint64_t> started_at{0};  // coarse CPU ns at enqueue, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
-  std::atomic<bool> enq_stopped{false};       // the op's own stopEvent was seen (a second one is ignored)
+  std::atomic<bool> enq_stopped{false};  // the op's own stopEvent was seen (a second one is ignored)
   std::uint32_t expected_ch = 0;
   bool is_ce = false;
-  bool proxy_sampled = false;                 // its ProxyOps get handles (NCCLINSP_PROXY)
+  bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
   op_record rec;
 };
 
@@ -42,10 +42,10 @@ inline constexpr std::uint8_t no_wait = 0xFF;
 /// One network step in flight (ProxyStep start -> state transitions -> stop), on the proxy thread.
 struct proxy_step_slot {
   std::atomic<std::uint32_t> gen{1};
-  std::uint32_t entry = 0;           // proxy_table entry (peer, direction)
-  std::uint8_t wait = no_wait;       // current proxy_wait
-  std::uint64_t since_ns = 0;        // CLOCK_MONOTONIC at the last transition
-  std::uint64_t bytes = 0;           // latest transSize
+  std::uint32_t entry = 0;      // proxy_table entry (peer, direction)
+  std::uint8_t wait = no_wait;  // current proxy_wait
+  std::uint64_t since_ns = 0;   // CLOCK_MONOTONIC at the last transition
+  std::uint64_t bytes = 0;      // latest transSize
 };
 
 /// Callback detail of one in-flight op, only when traces are recorded (verbose JSON, trace sink).
@@ -58,15 +58,22 @@ struct traced_op {
   std::atomic<std::uint64_t> stop_cpu_ns{0};
   std::array<std::uint8_t, 256> entry_of{};  // channel id (any byte) -> index in t.channels + 1 (0 = none)
 
-  std::uint16_t next_sn() noexcept { return static_cast<std::uint16_t>(last_sn.fetch_add(1, std::memory_order_relaxed) + 1); }
-  channel_trace* channel(std::uint32_t id) noexcept { return id < entry_of.size() && entry_of[id] ? &t.channels[entry_of[id] - 1] : nullptr; }
+  std::uint16_t next_sn() noexcept {
+    return static_cast<std::uint16_t>(last_sn.fetch_add(1, std::memory_order_relaxed) + 1);
+  }
+  channel_trace* channel(std::uint32_t id) noexcept {
+    return id < entry_of.size() && entry_of[id] ? &t.channels[entry_of[id] - 1] : nullptr;
+  }
 };
 
 /// One communicator on this rank: its in-flight op table (plus traces), its proxy step pool.
 struct comm_state {
   comm_state(std::uint32_t pool, bool traced, std::uint32_t proxy_steps)
-      : ops(pool), traces(traced ? new traced_op[pool] : nullptr), step_count(proxy_steps),
-        steps(proxy_steps ? new proxy_step_slot[proxy_steps] : nullptr), step_free(proxy_steps) {}
+      : ops(pool),
+        traces(traced ? new traced_op[pool] : nullptr),
+        step_count(proxy_steps),
+        steps(proxy_steps ? new proxy_step_slot[proxy_steps] : nullptr),
+        step_free(proxy_steps) {}
   comm_handle handle = invalid_comm;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;

@@ -56,8 +56,8 @@ inline device_identity identify_device(const std::string& driver_path, const std
   unsigned char u[16];
   if (dev >= 0 && drv.get_uuid && drv.get_uuid(u, dev) == 0) {
     char buf[48];
-    std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
-                  u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    std::snprintf(buf, sizeof buf, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     id.ordinal = dev;
     id.uuid = buf;
     return id;

@@ -61,14 +61,17 @@ class event_adapter {
     }
     // Types that get no handle (the API and Group ancestors NCCL emits anyway, types a RAS mask
     // override enables, KernelPhase) return before the reader section: nothing is looked up.
-    if (!(type & (abi::ev_kernel_ch | abi::ev_coll | abi::ev_p2p | abi::ev_proxy_step | abi::ev_proxy_op | abi::ev_ce_coll)))
+    if (!(type &
+          (abi::ev_kernel_ch | abi::ev_coll | abi::ev_p2p | abi::ev_proxy_step | abi::ev_proxy_op | abi::ev_ce_coll)))
       return abi::success;
     const auto in = gate_.enter();
-    if (type == abi::ev_kernel_ch) return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if (type == abi::ev_kernel_ch)
+      return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
     if (type == abi::ev_proxy_step) return start_step(handle, d->parentObj);
-    if (type == abi::ev_proxy_op) return start_proxy_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
+    if (type == abi::ev_proxy_op)
+      return start_proxy_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
     if constexpr (requires { d->ceColl; }) {
       if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
     }
@@ -82,7 +85,8 @@ class event_adapter {
     if (k.kind == handle_kind::none) return abi::success;
     const auto in = gate_.enter();
     if (k.kind == handle_kind::channel) return stop_channel(k);
-    if (k.kind == handle_kind::group) return (k.channel & aux_kind_mask) == aux_proxy_step ? stop_step(k) : abi::success;
+    if (k.kind == handle_kind::group)
+      return (k.channel & aux_kind_mask) == aux_proxy_step ? stop_step(k) : abi::success;
     if (k.kind != handle_kind::op) return abi::success;
     comm_state* cs = nullptr;
     op_slot* op = find_op(k, cs);
@@ -115,8 +119,10 @@ class event_adapter {
     op_slot* s = find_op(k, cs);
     if (!s) return abi::success;
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
-    if (t) relaxed_max(s->gpu_hi, t);
-    else s->gpu_missing.store(true, std::memory_order_relaxed);
+    if (t)
+      relaxed_max(s->gpu_hi, t);
+    else
+      s->gpu_missing.store(true, std::memory_order_relaxed);
     if (cs->traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs->traces[k.slot];
       if (channel_trace* c = tr.channel(k.channel)) {
@@ -167,7 +173,8 @@ class event_adapter {
   }
 
   /// Takes a slot and fills the common fields; returns the slot index or no_op.
-  std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels, bool ce) noexcept {
+  std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels,
+                         bool ce) noexcept {
     op_record rec;
     rec.fn = f;
     set_size(rec, count, parse_dtype(dtype_name));
@@ -287,7 +294,10 @@ class event_adapter {
       traced_op& tr = cs->traces[k.slot];
       if (!tr.entry_of[channel] && tr.t.n_channels < max_traced_channels) {
         tr.entry_of[channel] = static_cast<std::uint8_t>(tr.t.n_channels + 1);
-        tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME), .gpu_start_ns = gpu_start, .start_sn = tr.next_sn(), .channel = channel};
+        tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME),
+                                            .gpu_start_ns = gpu_start,
+                                            .start_sn = tr.next_sn(),
+                                            .channel = channel};
       }
     }
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
@@ -355,7 +365,8 @@ class event_adapter {
     st.wait = no_wait;
     st.since_ns = 0;
     st.bytes = 0;
-    *handle = as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
+    *handle =
+        as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
     return abi::success;
   }
 
@@ -374,7 +385,8 @@ class event_adapter {
     proxy_step_slot* st = find_step(decode(handle), cs);
     if (!st) return abi::success;
     const std::uint64_t now = precise_ns();
-    if (st->wait != no_wait && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    if (st->wait != no_wait && now > st->since_ns)
+      cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
     st->wait = static_cast<std::uint8_t>(w);
     st->since_ns = now;
     if (args) st->bytes = args->proxyStep.transSize;
@@ -386,7 +398,8 @@ class event_adapter {
     proxy_step_slot* st = find_step(k, cs);
     if (!st) return abi::success;
     const std::uint64_t now = precise_ns();
-    if (st->wait != no_wait && now > st->since_ns) cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
+    if (st->wait != no_wait && now > st->since_ns)
+      cs->proxy->add_wait(st->entry, static_cast<proxy_wait>(st->wait), now - st->since_ns);
     cs->proxy->add_step(st->entry, st->bytes);
     // One proxy thread starts and stops a communicator's steps: a plain generation bump.
     st->gen.store(st->gen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
@@ -429,14 +442,15 @@ class event_adapter {
     // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
     // decrement) means we hold the last reference: skip the locked RMW (the common case at
     // completion, since Coll stop comes first). begin_op resets refs when the slot is reused.
-    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1) cs.ops.release(idx);
+    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      cs.ops.release(idx);
   }
 
   options opts_;
   std::unique_ptr<collector<>> col_;
-  std::unique_ptr<std::atomic<comm_state*>[]> comms_{new std::atomic<comm_state*>[max_plugin_comms]()};
-  pid_t pid_ = 0;                // ours: ProxyOps with another pid are PXN ops of another process
-  detail::reader_gate gate_;     // events inside a communicator's state (see plugin_state::finalize)
+  std::unique_ptr<std::atomic<comm_state*>[]> comms_ = std::make_unique<std::atomic<comm_state*>[]>(max_plugin_comms);
+  pid_t pid_ = 0;             // ours: ProxyOps with another pid are PXN ops of another process
+  detail::reader_gate gate_;  // events inside a communicator's state (see plugin_state::finalize)
 };
 
 }  // namespace ncclinsp::plugin

@@ -35,15 +35,17 @@ struct decoded {
 /// A generation as a handle carries it (the low gen bits).
 constexpr std::uint32_t handle_gen(std::uint32_t gen) noexcept { return gen & gen_mask; }
 
-constexpr std::uint64_t encode(handle_kind k, std::uint32_t gen, std::uint32_t comm, std::uint32_t slot, std::uint32_t aux = 0) noexcept {
+constexpr std::uint64_t encode(handle_kind k, std::uint32_t gen, std::uint32_t comm, std::uint32_t slot,
+                               std::uint32_t aux = 0) noexcept {
   return static_cast<std::uint64_t>(k) << kind_shift | (std::uint64_t{gen & gen_mask} << gen_shift) |
-         (std::uint64_t{comm & comm_mask} << comm_shift) | (std::uint64_t{slot & slot_mask} << slot_shift) | (aux & aux_mask);
+         (std::uint64_t{comm & comm_mask} << comm_shift) | (std::uint64_t{slot & slot_mask} << slot_shift) |
+         (aux & aux_mask);
 }
 inline decoded decode(const void* h) noexcept {
   const auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h));
   return {static_cast<handle_kind>(v >> kind_shift), static_cast<std::uint32_t>((v >> gen_shift) & gen_mask),
-          static_cast<std::uint32_t>((v >> comm_shift) & comm_mask), static_cast<std::uint32_t>((v >> slot_shift) & slot_mask),
-          static_cast<std::uint32_t>(v & aux_mask)};
+          static_cast<std::uint32_t>((v >> comm_shift) & comm_mask),
+          static_cast<std::uint32_t>((v >> slot_shift) & slot_mask), static_cast<std::uint32_t>(v & aux_mask)};
 }
 inline void* as_handle(std::uint64_t v) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v)); }
 

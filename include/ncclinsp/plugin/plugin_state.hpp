@@ -50,8 +50,8 @@ class plugin_state : public event_adapter {
   }
 
   // ---- init / finalize (cold) ------------------------------------------------------------------
-  result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank, abi::logger_t logfn,
-                int abi_version) noexcept {
+  result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank,
+                abi::logger_t logfn, int abi_version) noexcept {
     if (context) *context = nullptr;
     if (forked_child_.load(std::memory_order_relaxed)) return abi::success;  // inert after fork(), see on_fork_child
     try {
@@ -60,8 +60,8 @@ class plugin_state : public event_adapter {
       if (!configured_) configure(abi_version);
       if (!opts_.enable) return abi::success;  // inert, as Inspector with NCCL_INSPECTOR_ENABLE unset
       if (!context || nranks <= 0 || rank < 0 || rank >= nranks || nnodes <= 0) {
-        log(log_level::warn, "init called with invalid arguments (nranks=" + std::to_string(nranks) + ", rank=" + std::to_string(rank) +
-                                 "); running without ncclinsp for this communicator");
+        log(log_level::warn, "init called with invalid arguments (nranks=" + std::to_string(nranks) + ", rank=" +
+                                 std::to_string(rank) + "); running without ncclinsp for this communicator");
         return abi::invalid_argument;
       }
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
@@ -70,11 +70,17 @@ class plugin_state : public event_adapter {
       cs->nranks = nranks;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       comm_state* raw = cs.get();
-      const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(), .hash = hash, .rank = rank, .nranks = nranks,
-                                            .nnodes = nnodes, .device = dev.ordinal, .uuid = dev.uuid},
+      const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(),
+                                            .hash = hash,
+                                            .rank = rank,
+                                            .nranks = nranks,
+                                            .nnodes = nnodes,
+                                            .device = dev.ordinal,
+                                            .uuid = dev.uuid},
                                            [raw](comm_handle) { return raw->ops.oldest(); });
       if (h == invalid_comm || h >= max_plugin_comms) {
-        log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) + " in this process); running without ncclinsp for it");
+        log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
+                                 " in this process); running without ncclinsp for it");
         return abi::internal_error;
       }
       cs->handle = h;
@@ -87,7 +93,8 @@ class plugin_state : public event_adapter {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
         if (opts_.enable_p2p) m |= static_cast<int>(abi::ev_p2p);
         if (abi_version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
-        if (opts_.proxy) m |= static_cast<int>(abi::ev_proxy_op | abi::ev_proxy_step);  // bits 3 and 4 in every ABI version
+        if (opts_.proxy)
+          m |= static_cast<int>(abi::ev_proxy_op | abi::ev_proxy_step);  // bits 3 and 4 in every ABI version
         // NCCL's mask is one process-wide int that other threads read (atomically, relaxed) while
         // another communicator initializes: store it atomically too.
         std::atomic_ref<int>(*mask).store(m, std::memory_order_relaxed);
@@ -131,8 +138,7 @@ class plugin_state : public event_adapter {
           lingering_.push_back(std::move(ex));
         }
       }
-    } catch (...) {
-    }
+    } catch (...) {}
     return abi::success;
   }
 
@@ -157,12 +163,17 @@ class plugin_state : public event_adapter {
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);
     co.record_traces = traces_for(opts_);
-    co.record_ring_max = co.record_ring_capacity ? record_ring_max_for(opts_, collector<>::bytes_per_record(co.record_traces)) : 0;
+    co.record_ring_max =
+        co.record_ring_capacity ? record_ring_max_for(opts_, collector<>::bytes_per_record(co.record_traces)) : 0;
     co.user_tag_label = opts_.user_tag_label;
     co.retired_retention = opts_.retain_finalized;
     co.proxy_accounting = opts_.proxy;
-    co.identity = {.node = opts_.node_name, .hostname = detail::host_name(), .slurm_job_id = opts_.slurm_job_id,
-                   .abi = "v" + std::to_string(abi_version), .labels = opts_.labels, .pid = static_cast<long>(::getpid())};
+    co.identity = {.node = opts_.node_name,
+                   .hostname = detail::host_name(),
+                   .slurm_job_id = opts_.slurm_job_id,
+                   .abi = "v" + std::to_string(abi_version),
+                   .labels = opts_.labels,
+                   .pid = static_cast<long>(::getpid())};
     col_ = std::make_unique<collector<>>(std::move(co));
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
@@ -170,8 +181,10 @@ class plugin_state : public event_adapter {
     // so the handler stays mapped.
     std::atexit([] { plugin_state::get().exit_flush(); });
     ::pthread_atfork(nullptr, nullptr, [] { plugin_state::get().on_fork_child(); });
-    std::string banner = "ncclinsp " NCCLINSP_VERSION_STRING " loaded through profiler ABI v" + std::to_string(abi_version);
-    banner += opts_.enable ? "; configuration:\n" + opts_.describe() : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
+    std::string banner =
+        "ncclinsp " NCCLINSP_VERSION_STRING " loaded through profiler ABI v" + std::to_string(abi_version);
+    banner += opts_.enable ? "; configuration:\n" + opts_.describe()
+                           : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
   }
 
@@ -208,7 +221,8 @@ class plugin_state : public event_adapter {
     // (reason exit_deadline), so the final statistics land before the exit.
     for (auto* e : pending) e->stop_records_at(std::chrono::steady_clock::now() + opts_.exit_flush / 2);
     for (auto* e : pending) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !e->wait_finished(left)) {
         log(log_level::warn, "final export did not finish before process exit; the last interval may be incomplete");
         break;
@@ -220,12 +234,14 @@ class plugin_state : public event_adapter {
   /// finalize (bounded wait), and a later communicator finds its state again.
   static void pin_library() {
     Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(&pin_library), &info) && info.dli_fname) ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE | RTLD_NOLOAD);
+    if (::dladdr(reinterpret_cast<void*>(&pin_library), &info) && info.dli_fname)
+      ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE | RTLD_NOLOAD);
   }
 
   void log(log_level lvl, const std::string& msg) noexcept {
     if (auto fn = logger_.load(std::memory_order_acquire))
-      fn(lvl == log_level::warn ? abi::log_warn : abi::log_info, abi::subsys_profile, __FILE__, __LINE__, "ncclinsp: %s", msg.c_str());
+      fn(lvl == log_level::warn ? abi::log_warn : abi::log_info, abi::subsys_profile, __FILE__, __LINE__,
+         "ncclinsp: %s", msg.c_str());
     else
       stderr_log(lvl, msg);
   }
@@ -238,7 +254,7 @@ class plugin_state : public event_adapter {
   std::uint32_t comm_gen_ = 0;
   std::uint32_t live_comms_ = 0;
   std::atomic<bool> forked_child_{false};
-  std::vector<comm_state*> limbo_;      // finalized while a reader was still inside: freed later
+  std::vector<comm_state*> limbo_;  // finalized while a reader was still inside: freed later
   std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
 

@@ -21,7 +21,9 @@
 namespace ncclinsp {
 
 /// Whether per-op callback detail (op_trace) is needed: verbose JSON, or the trace sink's channel tracks.
-inline bool traces_for(const options& o) { return !o.otel && ((o.verbose && o.has_sink("json")) || o.has_sink("trace")); }
+inline bool traces_for(const options& o) {
+  return !o.otel && ((o.verbose && o.has_sink("json")) || o.has_sink("trace"));
+}
 
 /// Ring entries per recording thread when records carry an op_trace (~3 KB each): 4096 = 12 MiB.
 inline constexpr std::uint32_t max_traced_ring = 4096;
@@ -39,7 +41,8 @@ inline std::uint32_t record_ring_for(const options& o) {
 /// NCCLINSP_RECORD_BUFFER_MB of `bytes_per_record` each, never below record_ring_for().
 inline std::uint32_t record_ring_max_for(const options& o, std::size_t bytes_per_record) {
   const std::uint64_t n = (o.record_buffer_mb << 20) / bytes_per_record;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(n, record_ring_for(o)), UINT32_MAX / 2));
+  return static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(std::max<std::uint64_t>(n, record_ring_for(o)), UINT32_MAX / 2));
 }
 
 /// The cardinality controls of NCCLINSP_DROP_LABELS, _SIZE_BUCKET_BITS, _HISTOGRAM, _MAX_SERIES.
@@ -52,8 +55,9 @@ inline format::cardinality cardinality_from_options(const options& o) {
     if (l == "algo_proto") c.algo_proto = false;
   }
   c.size_bucket_bits = o.size_bucket_bits;
-  c.histogram = o.histogram == "off" ? format::histogram_mode::off
-                : o.histogram == "coarse" ? format::histogram_mode::coarse : format::histogram_mode::full;
+  c.histogram = o.histogram == "off"      ? format::histogram_mode::off
+                : o.histogram == "coarse" ? format::histogram_mode::coarse
+                                          : format::histogram_mode::full;
   c.max_series = static_cast<std::size_t>(o.max_series);
   return c;
 }
@@ -62,22 +66,30 @@ inline format::cardinality cardinality_from_options(const options& o) {
 /// make_otlp_http_sink (sinks/otlp_http_sink.hpp).
 using otlp_sink_factory = any_sink (*)(const log_fn&, const getenv_fn&, bool compat_gauges, const format::cardinality&);
 
-inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
-                                                otlp_sink_factory otlp = nullptr) {
+inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
+                                                const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
   std::vector<any_sink> sinks;
   if (o.otel) {
-    if (o.prom) emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
+    if (o.prom)
+      emit(log, log_level::warn,
+           "NCCL_INSPECTOR_OTEL_EXPORT=1 takes precedence over NCCL_INSPECTOR_PROM_DUMP=1: no .prom files");
     if (otlp)
       sinks.emplace_back(otlp(log, get, o.compat_gauges, cardinality_from_options(o)));
     else
-      emit(log, log_level::warn, "NCCL_INSPECTOR_OTEL_EXPORT=1 but this program was built without the OTLP sink "
-                                 "(include <ncclinsp/sinks/otlp_http_sink.hpp> and pass ncclinsp::make_otlp_http_sink): nothing is exported");
+      emit(log, log_level::warn,
+           "NCCL_INSPECTOR_OTEL_EXPORT=1 but this program was built without the OTLP sink "
+           "(include <ncclinsp/sinks/otlp_http_sink.hpp> and pass ncclinsp::make_otlp_http_sink): nothing is exported");
     return sinks;
   }
   if (o.has_sink("prom"))
-    sinks.emplace_back(prom_textfile_sink({.dir = o.dump_dir, .remove_on_shutdown = !o.keep_prom_files, .compat_gauges = o.compat_gauges,
-                                         .log = log, .card = cardinality_from_options(o)}));
-  if (o.has_sink("json")) sinks.emplace_back(json_sink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
+    sinks.emplace_back(prom_textfile_sink({.dir = o.dump_dir,
+                                           .remove_on_shutdown = !o.keep_prom_files,
+                                           .compat_gauges = o.compat_gauges,
+                                           .log = log,
+                                           .card = cardinality_from_options(o)}));
+  if (o.has_sink("json"))
+    sinks.emplace_back(
+        json_sink({.dir = o.dump_dir, .max_file_bytes = o.json_max_bytes, .verbose = o.verbose, .log = log}));
   if (o.has_sink("trace")) sinks.emplace_back(trace_sink({.dir = o.dump_dir, .log = log}));
   return sinks;
 }

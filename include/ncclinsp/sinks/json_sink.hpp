@@ -32,10 +32,10 @@ namespace ncclinsp {
 
 struct json_sink_options {
   std::string dir = ".";
-  std::string file_name{};               ///< default "<hostname>-pid<pid>.log" (Inspector's name)
-  std::uint64_t max_file_bytes = 0;      ///< 0 = no rotation
+  std::string file_name{};           ///< default "<hostname>-pid<pid>.log" (Inspector's name)
+  std::uint64_t max_file_bytes = 0;  ///< 0 = no rotation
   std::uint64_t max_pending_bytes = 64ull << 20;
-  bool verbose = false;                  ///< Inspector's event_trace_sn/_ts for records that carry an op_trace
+  bool verbose = false;  ///< Inspector's event_trace_sn/_ts for records that carry an op_trace
   log_fn log{};
 };
 
@@ -71,7 +71,7 @@ class json_sink {
         unreported_ = unreported;
         throw;
       }
-      unreported_.clear();  // reported now; those of communicators no longer exported with them
+      unreported_.clear();                   // reported now; those of communicators no longer exported with them
       reported_by_sink_ = dropped_by_sink_;  // in these dump_stats; cleared once they are written
       return counted(flush_pending());
     } catch (...) {
@@ -116,8 +116,8 @@ class json_sink {
     const std::string p = path();
     if (!err && o_.max_file_bytes) {
       struct stat st {};  // lstat: a symlink is never rotated (the open below refuses it)
-      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) + pending_.size() > o_.max_file_bytes &&
-          st.st_size > 0) {
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          static_cast<std::uint64_t>(st.st_size) + pending_.size() > o_.max_file_bytes && st.st_size > 0) {
         dropped_by_sink_ += rotated_lines_;  // the previous .1 is discarded now
         dropped_total_ += rotated_lines_;
         if (::rename(p.c_str(), (p + ".1").c_str()) == 0) {
@@ -135,14 +135,17 @@ class json_sink {
         std::size_t done = 0;
         err = detail::write_all(fd, pending_, &done);
         if (err && done) {  // cut a torn line: truncate back to the last complete line we wrote
-          const std::size_t keep = pending_.rfind('\n', done - 1) == std::string::npos ? 0 : pending_.rfind('\n', done - 1) + 1;
+          const std::size_t keep =
+              pending_.rfind('\n', done - 1) == std::string::npos ? 0 : pending_.rfind('\n', done - 1) + 1;
           struct stat st {};
           if (::fstat(fd, &st) == 0) (void)::ftruncate(fd, st.st_size - static_cast<off_t>(done - keep));
           done = keep;
         }
         ::close(fd);
-        const auto lines = done == pending_.size() ? pending_lines_
-                                                   : static_cast<std::uint64_t>(std::count(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done), '\n'));
+        const auto lines = done == pending_.size()
+                               ? pending_lines_
+                               : static_cast<std::uint64_t>(std::count(
+                                     pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done), '\n'));
         file_lines_ += lines;
         pending_lines_ -= lines;
         pending_.erase(0, done);
@@ -156,7 +159,9 @@ class json_sink {
       reported_by_sink_ = 0;
       return export_result::success;
     }
-    if (errors_.failed(err)) emitf(o_.log, log_level::warn, "json sink: cannot write {}: {} (records kept in memory, retrying)", p, detail::describe_error(err));
+    if (errors_.failed(err))
+      emitf(o_.log, log_level::warn, "json sink: cannot write {}: {} (records kept in memory, retrying)", p,
+            detail::describe_error(err));
     if (pending_.size() > o_.max_pending_bytes) {  // bounded memory: drop the oldest lines, counted
       const std::size_t cut = pending_.find('\n', pending_.size() - o_.max_pending_bytes);
       std::uint64_t lines = 0;
@@ -174,7 +179,9 @@ class json_sink {
     return r;
   }
 
-  static std::uint64_t comm_key(const comm_desc& d) noexcept { return d.hash ^ (static_cast<std::uint64_t>(d.rank) << 48); }
+  static std::uint64_t comm_key(const comm_desc& d) noexcept {
+    return d.hash ^ (static_cast<std::uint64_t>(d.rank) << 48);
+  }
 
   /// Appends the snapshot's records to the pending lines (header and metadata formatted once per
   /// communicator) and counts them per communicator in unreported_. pending_ keeps its capacity,

@@ -66,11 +66,11 @@ struct otlp_http_options {
 
 /// Counters of an OTLP sink, shared with its copies (the exporter owns the sink; keep stats()).
 struct otlp_http_stats {
-  std::atomic<std::uint64_t> exports_ok{0};     ///< requests answered 2xx
-  std::atomic<std::uint64_t> exports_failed{0}; ///< exports given up (after retries)
-  std::atomic<std::uint64_t> attempts{0};       ///< HTTP requests tried, retries included
+  std::atomic<std::uint64_t> exports_ok{0};      ///< requests answered 2xx
+  std::atomic<std::uint64_t> exports_failed{0};  ///< exports given up (after retries)
+  std::atomic<std::uint64_t> attempts{0};        ///< HTTP requests tried, retries included
   std::atomic<std::uint64_t> retries{0};
-  std::atomic<int> last_status{0};              ///< last HTTP status, 0 = transport error
+  std::atomic<int> last_status{0};  ///< last HTTP status, 0 = transport error
 };
 
 namespace detail {
@@ -79,7 +79,12 @@ namespace detail {
 inline std::string percent_decode(std::string_view s) {
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    auto hex = [](char c) {
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                    : -1;
+    };
     if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
       out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
       i += 2;
@@ -130,9 +135,11 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
   for (const char* k : {"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}) {
     if (const char* v = raw(k)) {
       long long ms = 0;
-      if (detail::parse_int(v, ms) && ms > 0 && ms <= 600000) o.timeout = std::chrono::milliseconds(ms);
-      else emitf(log, log_level::warn, "ignoring {}=\"{}\": expected milliseconds in [1, 600000]; using {}", k, std::string_view(v).substr(0, 32),
-                 o.timeout.count());
+      if (detail::parse_int(v, ms) && ms > 0 && ms <= 600000)
+        o.timeout = std::chrono::milliseconds(ms);
+      else
+        emitf(log, log_level::warn, "ignoring {}=\"{}\": expected milliseconds in [1, 600000]; using {}", k,
+              std::string_view(v).substr(0, 32), o.timeout.count());
       break;
     }
   }
@@ -142,12 +149,15 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
       for (auto& [hk, hv] : detail::parse_kv_list(v, bad)) {
         const std::string lower = detail::ascii_lower(hk);
         const bool ctl = (hk + hv).find_first_of(std::string("\r\n\0", 3)) != std::string::npos;
-        if (ctl || lower == "host" || lower == "content-type" || lower == "content-length" || lower == "connection" || lower == "transfer-encoding")
+        if (ctl || lower == "host" || lower == "content-type" || lower == "content-length" || lower == "connection" ||
+            lower == "transfer-encoding")
           bad += (bad.empty() ? "" : ", ") + hk.substr(0, 32);
         else
           o.headers.emplace_back(std::move(hk), std::move(hv));
       }
-      if (!bad.empty()) emitf(log, log_level::warn, "{}: ignoring header(s) {} (malformed, control characters, or set by the exporter)", k, bad);
+      if (!bad.empty())
+        emitf(log, log_level::warn, "{}: ignoring header(s) {} (malformed, control characters, or set by the exporter)",
+              k, bad);
       break;
     }
   }
@@ -175,7 +185,8 @@ inline otlp_http_options otlp_http_options::from_env(const log_fn& log, const ge
 
 class otlp_http_sink {
  public:
-  explicit otlp_http_sink(otlp_http_options o) : o_(std::move(o)), url_(detail::parse_http_url(o_.endpoint)), stats_(std::make_shared<otlp_http_stats>()) {
+  explicit otlp_http_sink(otlp_http_options o)
+      : o_(std::move(o)), url_(detail::parse_http_url(o_.endpoint)), stats_(std::make_shared<otlp_http_stats>()) {
     if (!o_.start_time_unix_ns) o_.start_time_unix_ns = detail::unix_ns();
     if (!url_.error.empty())
       emitf(o_.log, log_level::warn, "OTLP export disabled: endpoint \"{}\": {}", o_.endpoint, url_.error);
@@ -191,8 +202,10 @@ class otlp_http_sink {
       return export_result::failure;
     }
     try {
-      const std::string body = format::write_otlp_json(
-          snap, {.resource = o_.resource, .start_time_unix_ns = o_.start_time_unix_ns, .compat_gauges = o_.compat_gauges, .card = o_.card});
+      const std::string body = format::write_otlp_json(snap, {.resource = o_.resource,
+                                                              .start_time_unix_ns = o_.start_time_unix_ns,
+                                                              .compat_gauges = o_.compat_gauges,
+                                                              .card = o_.card});
       if (body.empty()) return export_result::success;  // no communicator yet: nothing to send
       using clk = std::chrono::steady_clock;
       const auto deadline = clk::now() + o_.timeout;
@@ -225,7 +238,8 @@ class otlp_http_sink {
   void fail(const std::string& why) noexcept {
     const auto n = stats_->exports_failed.fetch_add(1, std::memory_order_relaxed) + 1;
     if (!errors_.failed(1)) return;  // rate limit: one line a minute
-    emitf(o_.log, log_level::warn, "OTLP export to {} failed: {} ({} failed export(s) so far; cumulative values go out with the next success)",
+    emitf(o_.log, log_level::warn,
+          "OTLP export to {} failed: {} ({} failed export(s) so far; cumulative values go out with the next success)",
           o_.endpoint, why, n);
   }
 
@@ -242,7 +256,8 @@ using OtlpHttpSink [[deprecated("use ncclinsp::otlp_http_sink")]] = otlp_http_si
 /// shape of the .prom files (Inspector's gauges, cardinality), as sinks_from_options() and
 /// inspector_options::from_env() take it: pass it where NCCL_INSPECTOR_OTEL_EXPORT=1 should export
 /// over OTLP/HTTP (the plugin does). Cold path.
-inline any_sink make_otlp_http_sink(const log_fn& log, const getenv_fn& get, bool compat_gauges, const format::cardinality& card) {
+inline any_sink make_otlp_http_sink(const log_fn& log, const getenv_fn& get, bool compat_gauges,
+                                    const format::cardinality& card) {
   otlp_http_options o = otlp_http_options::from_env(log, get);
   o.compat_gauges = compat_gauges;
   o.card = card;

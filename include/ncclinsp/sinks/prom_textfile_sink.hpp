@@ -60,7 +60,8 @@ class basic_prom_textfile_sink {
         if (err) {
           res = export_result::failure;
           if (errors_.failed(err))
-            emitf(o_.log, log_level::warn, "cannot write {}/{}: {} (metrics kept in memory, retrying at the next export)", o_.dir, name,
+            emitf(o_.log, log_level::warn,
+                  "cannot write {}/{}: {} (metrics kept in memory, retrying at the next export)", o_.dir, name,
                   detail::describe_error(err));
         } else {
           if (errors_.succeeded()) emitf(o_.log, log_level::info, "writing {} again", o_.dir);
@@ -91,7 +92,8 @@ class basic_prom_textfile_sink {
     if (detail::claim_file_name(o_.dir, name)) return name;
     name = prom_file_name(uuid + "-pid" + std::to_string(::getpid()));
     if (warned_shared_.insert(uuid).second)
-      emitf(o_.log, log_level::warn, "another process writes {}/{} (same GPU); this one writes {}", o_.dir, prom_file_name(uuid), name);
+      emitf(o_.log, log_level::warn, "another process writes {}/{} (same GPU); this one writes {}", o_.dir,
+            prom_file_name(uuid), name);
     return name;
   }
 

@@ -41,12 +41,12 @@ enum class trace_grouping : std::uint8_t { device, node };
 
 struct trace_sink_options {
   std::string dir = ".";
-  std::string file_name{};            ///< default "<node>-pid<pid>.trace.json"
-  std::size_t capacity = 65536;       ///< last N events kept: ops and channel spans (0 = the sink keeps nothing)
+  std::string file_name{};       ///< default "<node>-pid<pid>.trace.json"
+  std::size_t capacity = 65536;  ///< last N events kept: ops and channel spans (0 = the sink keeps nothing)
   trace_grouping grouping = trace_grouping::device;
-  bool trigger_file = true;           ///< honour <dir>/ncclinsp.trace.trigger
-  bool install_sigusr2 = false;       ///< SIGUSR2 requests a dump (only if SIGUSR2 is at SIG_DFL)
-  bool write_at_exit = true;          ///< write the trace in shutdown()
+  bool trigger_file = true;      ///< honour <dir>/ncclinsp.trace.trigger
+  bool install_sigusr2 = false;  ///< SIGUSR2 requests a dump (only if SIGUSR2 is at SIG_DFL)
+  bool write_at_exit = true;     ///< write the trace in shutdown()
   log_fn log{};
 };
 
@@ -107,9 +107,11 @@ class trace_sink {
       std::vector<format::trace_event> ev;
       ev.reserve(ring_.size());
       for (std::size_t i = 0; i < ring_.size(); ++i) ev.push_back(ring_[(head_ + i) % ring_.size()]);
-      std::vector<std::pair<std::string, std::string>> other = {
-          {"node", node_}, {"hostname", host_}, {"pid", std::to_string(pid_)},
-          {"records_total", std::to_string(total_)}, {"events_evicted", std::to_string(evicted_)}};
+      std::vector<std::pair<std::string, std::string>> other = {{"node", node_},
+                                                                {"hostname", host_},
+                                                                {"pid", std::to_string(pid_)},
+                                                                {"records_total", std::to_string(total_)},
+                                                                {"events_evicted", std::to_string(evicted_)}};
       format::write_chrome_trace(out, procs_, threads_, ev, other);
       if (int err = detail::write_file_atomic(o_.dir, file_name(), out)) {
         emitf(o_.log, log_level::warn, "trace sink: cannot write {}: {}", path(), detail::describe_error(err));
@@ -142,7 +144,9 @@ class trace_sink {
       const comm_desc& d = snap.comms[r.comm].desc;
       ++total_;
       add(d, r.op, -1);
-      if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() || r.op.timing != timing_source::kernel_gpu) continue;
+      if (r.trace < 0 || static_cast<std::size_t>(r.trace) >= snap.traces.size() ||
+          r.op.timing != timing_source::kernel_gpu)
+        continue;
       const op_trace& t = snap.traces[static_cast<std::size_t>(r.trace)];
       for (std::size_t i = 0; i < t.n_channels && i < max_traced_channels; ++i) {
         const channel_trace& c = t.channels[i];
@@ -177,8 +181,8 @@ class trace_sink {
 
   std::string file_name() const {
     if (!o_.file_name.empty()) return o_.file_name;
-    return (node_.empty() ? std::string("unknown") : node_) + "-pid" + std::to_string(pid_ ? pid_ : static_cast<long>(::getpid())) +
-           ".trace.json";
+    return (node_.empty() ? std::string("unknown") : node_) + "-pid" +
+           std::to_string(pid_ ? pid_ : static_cast<long>(::getpid())) + ".trace.json";
   }
 
   /// One event on its track: the op (channel -1) or one channel's span of it.
@@ -206,8 +210,13 @@ class trace_sink {
     // Channel tracks sort right after their communicator's track (sort index comm tid x 512 + 1 + channel).
     const std::uint32_t comm_tid = track(pid, d, -1);
     const std::uint32_t tid = channel < 0 ? comm_tid : track(pid, d, channel, comm_tid);
-    format::trace_event e{.pid = pid, .tid = tid, .comm_hash = d.hash, .rank = d.rank, .nranks = d.nranks,
-                          .channel = static_cast<std::int16_t>(channel), .op = op};
+    format::trace_event e{.pid = pid,
+                          .tid = tid,
+                          .comm_hash = d.hash,
+                          .rank = d.rank,
+                          .nranks = d.nranks,
+                          .channel = static_cast<std::int16_t>(channel),
+                          .op = op};
     if (ring_.size() < o_.capacity) {
       ring_.push_back(e);
     } else {
@@ -218,7 +227,8 @@ class trace_sink {
   }
 
   std::uint32_t track(std::uint32_t pid, const comm_desc& d, int channel, std::uint32_t comm_tid = 0) {
-    auto [it, fresh] = tid_of_.try_emplace(std::make_tuple(pid, d.hash, d.rank, channel), static_cast<std::uint32_t>(tid_of_.size()));
+    auto [it, fresh] =
+        tid_of_.try_emplace(std::make_tuple(pid, d.hash, d.rank, channel), static_cast<std::uint32_t>(tid_of_.size()));
     if (fresh) {
       std::string n = (d.name.empty() ? std::string("unknown") : d.name) + " 0x";
       format::append_hex64(n, d.hash);
@@ -234,9 +244,11 @@ class trace_sink {
   std::uint64_t seen_requests_ = 0;
   std::vector<format::trace_event> ring_;
   std::size_t head_ = 0;  ///< oldest element once the ring is full
-  std::uint64_t total_ = 0, evicted_ = 0, dumps_ = 0, failed_exports_ = 0;  // op records seen, events overwritten, files written, failed dumps
+  std::uint64_t total_ = 0, evicted_ = 0, dumps_ = 0,
+                failed_exports_ = 0;  // op records seen, events overwritten, files written, failed dumps
   std::map<std::string, std::uint32_t> pid_of_;
-  std::map<std::tuple<std::uint32_t, std::uint64_t, int, int>, std::uint32_t> tid_of_;  // (pid, hash, rank, channel or -1)
+  std::map<std::tuple<std::uint32_t, std::uint64_t, int, int>, std::uint32_t>
+      tid_of_;  // (pid, hash, rank, channel or -1)
   std::vector<format::trace_process> procs_;
   std::vector<format::trace_thread> threads_;
   std::string node_, host_;
