@@ -1,5 +1,5 @@
-// Sustained lossless rate of the JSON mode (issue 12): for each rate, a fresh process loads the
-// plugin through ncclProfiler_v7 with the default settings plus
+// Sustained lossless rate of the JSON mode (README "Performance"): for each rate, a fresh process loads the
+// plugin through its newest table (abi::newest) with the default settings plus
 // NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000, drives one communicator (8 ranks) with
 // AllReduce/AllGather/ReduceScatter of 1 MiB on 4 channels paced steadily at that rate
 // (sim/paced_load.hpp), finalizes and exits; the parent counts the records in the JSON file and the

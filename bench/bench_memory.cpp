@@ -2,7 +2,7 @@
 // Prints one JSON object per line: {"path", "ops", "rss_bytes", "seconds"}.
 //   collector: collector<>::record from one thread over a fixed key set (8 comms x 20-op mix x
 //              3 algo/proto), a snapshot every 1e7 ops (the exporter's work, incl. its diff map).
-//   plugin:    the ncclinsp plugin through its v7 table (Coll start/stop + 4 KernelCh), 1e6 then 1e7.
+//   plugin:    the ncclinsp plugin through its newest table (Coll start/stop + 4 KernelCh), 1e6 then 1e7.
 // Usage: bench_memory [collector_ops=1e8] [plugin_ops=1e7]
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
-// The plugin through its exported ncclProfiler_v7 table, as NCCL calls it, next to the do-nothing
-// plugin (bench/null_plugin.cpp) measured in the same run:
+// The plugin through its exported table of the newest ABI (abi::newest), as NCCL calls it, next
+// to the do-nothing plugin (bench/null_plugin.cpp) measured in the same run:
 //  - driver_*: sim::comm_driver emits NCCL 2.31's full callback sequence for one ncclAllReduce-like
 //    call (GroupApi, CollApi, Group, Coll start/stop on the user side; KernelCh start, state 22,
 //    stop per channel on the proxy side). This is the per-collective cost NCCL sees.

@@ -1,5 +1,5 @@
 // Cost of the proxy accounting (NCCLINSP_PROXY=1, docs/diagnosis.md) per collective, through the
-// plugin's exported ncclProfiler_v7 table, next to the do-nothing plugin in the same run.
+// plugin's exported table of the newest ABI (abi::newest), next to the do-nothing plugin in the same run.
 // One op = Coll start/stop, 4 channels x KernelCh start/state 22/stop and, when NCCL emits proxy
 // events for it, 4 channels x 2 directions x ProxyOp (start, state 19, stop) with 8 ProxyStep
 // each (start, 3 states, stop): 8 ProxyOps and 320 step callbacks per op, the many events

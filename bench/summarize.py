@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints the Markdown summary of a bench/run.sh results folder: every number next to the
-baseline measured in the same run, ratios, and the issue-7 targets. Standard library only.
+baseline measured in the same run, ratios, and the targets (README "Performance"). Standard library only.
 
 Usage: bench/summarize.py <results-dir>
 """

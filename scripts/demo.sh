@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ncclinsp demo: a simulated multi-node training job, instrumented by the ncclinsp NCCL profiler
-# plugin, scraped by real node_exporter + Prometheus on loopback, through design.md's two
+# plugin, scraped by real node_exporter + Prometheus on loopback, through two
 # scenarios (network degradation; one slow host) and a compute straggler, with a summary read back
 # from Prometheus: who the alerts name and how long after each onset they fired.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Attribution evaluation through the real plugin ABI (issue 11 part 5, report path).
+"""Attribution evaluation through the real plugin ABI (README "Evaluation", report path).
 
 Each trial runs ncclinsp-sim with --random-fault SEED (one fault of a random kind, culprit, size 10-50 %
 and onset; 2 % per-op jitter) through the plugin in JSON mode, then ncclinsp-report on the records, and

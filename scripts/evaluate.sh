@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Attribution evaluation (issue 11 part 5), report path: randomized faults (--random-fault SEED) through the
+# Attribution evaluation (README "Evaluation"), report path: randomized faults (--random-fault SEED) through the
 # real plugin ABI in JSON mode, attributed by ncclinsp-report; confusion matrix and share correct.
 #   scripts/evaluate.sh [BUILD_DIR] [evaluate.py options, e.g. --trials 50]
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time to alert and attribution through the real stack (issue 11 part 5, Prometheus path).
+"""Time to alert and attribution through the real stack (README "Evaluation", Prometheus path).
 
 One simulated job (ncclinsp-sim at --speed 1: real time, so the plugin's 1 s exports, the proxy
 thread's CPU-clock step timing and every rule window are what they would be on a cluster) runs

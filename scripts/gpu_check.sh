@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 12): the plugin on real NCCL. Builds the profiler plugin and
+# The GPU check (README "The two commands"): the plugin on real NCCL. Builds the profiler plugin and
 # examples/nccl_wrappers against this machine's CUDA and NCCL, runs an AllReduce / AllGather /
 # ReduceScatter sweep (8 B .. 1 GiB, every local GPU, one process) with the plugin off and on, and
 # prints one table: the plugin's busbw (from its .prom files) against the example's own CUDA-event

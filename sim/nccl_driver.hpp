@@ -1,13 +1,14 @@
 #pragma once
 /// ncclinsp::sim — drive an NCCL profiler plugin `.so` exactly as NCCL core does, without NCCL or a GPU.
 ///
-/// `plugin_library` dlopens a plugin and finds its newest exported table (`ncclProfiler_v7` → v6 → v5 → v4,
-/// NCCL's probing order). `comm_driver` is one communicator on one rank: it calls `init` with the version's
-/// argument order and the process-global activation mask, then emits the exact callback sequences NCCL
-/// emits for an API call / group (user thread side, `enqueue`) and for kernel completion (proxy or
-/// profiler thread side, `complete`), honouring the mask snapshot semantics and NCCL's ancestor rule.
+/// `plugin_library` dlopens a plugin and finds its newest exported table
+/// (`ncclProfiler_v<abi::newest>` down to `v<abi::oldest>`, NCCL's probing order). `comm_driver` is
+/// one communicator on one rank: it calls `init` with the version's argument order and the
+/// process-global activation mask, then emits the exact callback sequences NCCL emits for an API
+/// call / group (user thread side, `enqueue`) and for kernel completion (proxy or profiler thread
+/// side, `complete`), honouring the mask snapshot semantics and NCCL's ancestor rule.
 ///
-/// Version semantics reproduced (see shared/docs/nccl-profiler-abi.md §5-§9, nccl-newest-delta.md §2-§3):
+/// Version semantics reproduced (NCCL's ext-profiler/README.md and profiler_v*.h, NCCL 2.27 to 2.31):
 ///  * v4 (native NCCL 2.27): uint8 `type`, Coll/P2p parent = Group handle, Coll/P2p started only when the
 ///    Group handle is non-NULL, no API events, no state 23/24.
 ///  * v5 (2.28): API events, Coll parent = CollApi handle with `parentGroup` = Group handle; CE bits (12-14)

@@ -67,7 +67,7 @@ class plugin_library {
     if (force_abi) {
       error_ = path + " does not export ncclProfiler_v" + std::to_string(force_abi);
     } else {
-      error_ = path + " exports none of ncclProfiler";  // "ncclProfiler_v7, _v6, _v5, _v4"
+      error_ = path + " exports none of ncclProfiler";  // "ncclProfiler_v<newest>, ..., _v<oldest>"
       for (auto it = abi::versions.rbegin(); it != abi::versions.rend(); ++it)
         error_ += (it == abi::versions.rbegin() ? "_v" : ", _v") + std::to_string(*it);
     }

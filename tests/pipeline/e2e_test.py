@@ -44,8 +44,8 @@ times given above, so the result does not depend on polling luck):
   5. scenario 2, on the physics of coupled collectives: a slow host lowers the kernel-time bus
      bandwidth of EVERY rank of the communicators that route through it, so the per-host
      attribution table (kernel time vs the job median) must show no host below 97 % while the
-     network bandwidth of every host falls to ~75 % (naming the host needs the proxy signals of
-     issue 11 part 4).
+     network bandwidth of every host falls to ~75 % (naming the host needs the proxy signals,
+     docs/diagnosis.md).
   6. hang: every rank of the hung communicator shows a growing ncclinsp_oldest_inflight_age_seconds
      on that one communicator (the hung rank and its blocked peer), and NcclinspCollectiveHung
      fires for node0 and that communicator only.

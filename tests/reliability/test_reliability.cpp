@@ -923,8 +923,8 @@ TEST_CASE("a sink that never recovers: finalize within its bound, process exit w
 // ---- 7. finalize racing NCCL's threads ------------------------------------------------------------------
 
 namespace {
-/// Raw v7 calls for one communicator, as NCCL's threads make them (no driver state shared between
-/// the threads, so only the plugin's own synchronization is exercised).
+/// Raw calls through the newest table (abi::newest) for one communicator, as NCCL's threads make them
+/// (no driver state shared between the threads, so only the plugin's own synchronization is exercised).
 struct raw_comm {
   const abi::version<abi::newest>::table* t;
   void* ctx = nullptr;

@@ -16,7 +16,7 @@ timeout 90 "$CHROME" "${flags[@]}" --dump-dom "file://$HTML" >"$WORK/dom.html" 2
 for c in 'chart hosts' 'chart sizes' 'chart ranks'; do
   grep -q "<svg class=\"$c\"" "$WORK/dom.html" || fail "no <svg class=\"$c\"> in the DOM"
 done
-# The fixture is a slow-host run: on kernel time every host slows alike (collective-physics.md), so the
+# The fixture is a slow-host run: on kernel time every host slows alike (sim/README.md "Timing model"), so the
 # chart has one plain bar per host and no straggler bar.
 n=$(grep -o '<rect class="bar"' "$WORK/dom.html" | wc -l)
 [ "$n" -ge 3 ] || fail "host chart has $n plain bars, expected one per host (3)"

@@ -16,10 +16,10 @@ unset NCCLINSP_SINKS NCCLINSP_JSON_MAX_BYTES NCCL_INSPECTOR_DUMP_DIR
 run_sim() { "$SIM" --plugin "$PLUGIN" --duration 20 --speed 10 "$@" >"$OUT/sim.log" 2>&1 || { cat "$OUT/sim.log"; fail "ncclinsp-sim $*"; }; }
 
 # 1. Slow host: node1 of 3 (the simulator takes the node index). The ranks of a collective are coupled
-# (shared/docs/collective-physics.md): a slow host lowers the kernel-time bandwidth of EVERY rank of each
+# (sim/README.md "Timing model"): a slow host lowers the kernel-time bandwidth of EVERY rank of each
 # communicator that routes through it by the same amount, so per-host kernel time must not name it (nor
 # anyone): the report sees a job-wide drop and no straggler host. Naming the host needs other signals
-# (proxy step timing, membership); see issue 11 part 4.
+# (proxy step timing, membership; docs/diagnosis.md).
 run_sim --nodes 3 --gpus 4 --out "$OUT/slow" --slow-host 1:30@8-1000
 for n in node0 node1 node2; do
   f=$(ls "$OUT/slow/$n"/*-pid*.log 2>/dev/null | head -1)
@@ -45,7 +45,7 @@ grep -q '^incident .*: straggler' "$OUT/slow/report.txt" && fail "a slow host re
 
 # 1b. Compute straggler (global rank 3 = node1 GPU 1 launches every op group 20 ms late): its peers wait, it has
 # the shortest exec time; the report names node1 and rank 3 of fsdp, and no network incident. Needs the
-# coupled simulator (--straggler; issue 11 part 1).
+# coupled simulator (--straggler, sim/README.md "Timing model").
 if "$SIM" --help 2>&1 | grep -q -- '--straggler'; then
   run_sim --nodes 3 --gpus 2 --out "$OUT/strag" --straggler 3:20@8-1000
   "$REPORT" "$OUT/strag" --fail-on-straggler >"$OUT/strag/report.txt" 2>"$OUT/strag/report.err"

@@ -63,7 +63,7 @@ TEST_CASE("reader: golden job directory (rotation, truncated line, unknown kind,
   REQUIRE(hc);
   CHECK(hc->records == 1);
 
-  // hostB (rank 2) arrives 50 us late and ends with its peers (collective-physics.md): the shortest exec time
+  // hostB (rank 2) arrives 50 us late and ends with its peers (sim/README.md "Timing model"): the shortest exec time
   // (half the op median), so the highest kernel-time busbw; its peers' exec times are inflated by their wait.
   // The report names it from its lateness, never from bus bandwidth.
   REQUIRE(a.hosts.size() == 3);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Physical invariants of ncclinsp-sim, asserted on the JSON records the real plugin writes
-(sim/README.md "Timing model"; shared collective-physics.md):
+(sim/README.md "Timing model"):
 
   1. ranks of one op are coupled: KernelCh stops coincide within one hop (link latency), starts differ
      by each rank's arrival; a compute straggler starts last and has the shortest kernel time, its peers

@@ -389,7 +389,7 @@ analysis analyze(job& j, const analysis_options& o) {
     (void)min_start, (void)min_end;
     // The ranks of one collective end together; each starts when it arrives. So exec time = common end -
     // own arrival, and (op median exec - own exec) is how late this rank arrived, without comparing clocks
-    // of different hosts (collective-physics.md 1, 4).
+    // of different hosts (sim/README.md "Timing model", docs/diagnosis.md).
     for (std::size_t k = b; k < e; ++k) {
       const auto& r = j.ops[coll[k]];
       auto& ra = ranks[{r.comm, r.rank}];

@@ -110,7 +110,7 @@ struct rank_row {
   double rel_in_op = 1;       ///< median of (record busbw / median busbw of the same matched op)
   double rel_exec_in_op = 1;  ///< 10th percentile of (record exec time / median exec time of the same matched op)
   /// Mean arrival lateness in matched ops spanning hosts: op median exec time - own exec time. Clock-free: the
-  /// ranks of one collective end together (collective-physics.md), so exec time = common end - own arrival.
+  /// ranks of one collective end together (sim/README.md "Timing model"), so exec time = common end - own arrival.
   double late_us = 0;
   std::uint64_t slow_ops =
       0;                      ///< matched ops where this rank arrived late: exec below (1 - threshold) of the op median

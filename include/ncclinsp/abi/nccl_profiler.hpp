@@ -1,6 +1,7 @@
 #pragma once
 /// Our own declarations of the NCCL profiler plugin ABI, versions 4 to 7, written from the
-/// documented layout (docs in shared/docs/nccl-profiler-abi.md and nccl-newest-delta.md).
+/// documented layout (NCCL's own reference: `ext-profiler/README.md` and the `profiler_v*.h` headers of
+/// NVIDIA/nccl).
 /// Plain C-layout structs in a C++ namespace: no NCCL header is needed to build the plugin or the
 /// simulator, and every size and offset NCCL relies on is checked at compile time (x86-64 LP64).
 /// Thread-safety: types only.

@@ -2,7 +2,7 @@
 /// The plugin's event adapter: NCCL's startEvent / stopEvent / recordEventState (profiler ABI
 /// v4-v7) turned into op records for the collector. This is the hot path.
 ///
-/// Rules kept here (nccl-profiler-abi.md §7-§9, nccl-newest-delta.md §3):
+/// Rules kept here (NCCL's ext-profiler/README.md; the simulator reproduces them, sim/nccl_driver.hpp):
 ///  - Handles are tagged integers (handle.hpp): decoded, bounds- and generation-checked, or ignored.
 ///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped.
 ///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
@@ -156,9 +156,9 @@ class event_adapter {
     return cs && handle_gen(cs->gen) == k.gen ? cs : nullptr;
   }
 
-  // Threading assumption of the channel path (nccl-profiler-abi.md §8 "KernelCh: proxy thread,
-  // profilerProxyProgress"; nccl-newest-delta.md §3.1: since 2.31 "KernelCh start/record/stop ...
-  // arrive on [the communicator's profiler] thread"): every KernelCh callback of one op comes from
+  // Threading assumption of the channel path (NCCL up to 2.30: KernelCh events come from the proxy
+  // thread, profilerProxyProgress; since 2.31 KernelCh start/record/stop arrive on the
+  // communicator's profiler thread): every KernelCh callback of one op comes from
   // the one thread that progresses its communicator (one proxy/profiler thread per communicator,
   // shared by shareResources children, so still one per op). Hence the channel fields of op_slot
   // (gpu/cpu min/max, ch_stopped) have a single writer and are plain load+store: no locked
