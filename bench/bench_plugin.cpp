@@ -36,15 +36,6 @@ struct env {
 };
 env* g_env = nullptr;
 
-std::string null_plugin_path() {
-  if (const char* p = std::getenv("NCCLINSP_BENCH_NULL_PLUGIN_PATH")) return p;
-#ifdef NCCLINSP_BENCH_NULL_PLUGIN
-  return NCCLINSP_BENCH_NULL_PLUGIN;
-#else
-  return "libnccl-profiler-null.so";
-#endif
-}
-
 void setup() {
   set_plugin_env();
   g_env = new env;

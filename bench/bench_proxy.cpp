@@ -33,15 +33,6 @@ struct plugin {
 plugin* g_ours = nullptr;
 plugin* g_null = nullptr;
 
-std::string null_plugin_path() {
-  if (const char* p = std::getenv("NCCLINSP_BENCH_NULL_PLUGIN_PATH")) return p;
-#ifdef NCCLINSP_BENCH_NULL_PLUGIN
-  return NCCLINSP_BENCH_NULL_PLUGIN;
-#else
-  return "libnccl-profiler-null.so";
-#endif
-}
-
 plugin* open(const std::string& path, const char* handles) {
   auto* p = new plugin;
   if (!p->lib.open(path, abi::newest)) throw std::runtime_error(p->lib.error());

@@ -37,4 +37,14 @@ inline std::string plugin_path() {
 #endif
 }
 
+/// The do-nothing plugin (bench/null_plugin.cpp): the floor the plugin benchmarks compare with.
+inline std::string null_plugin_path() {
+  if (const char* p = std::getenv("NCCLINSP_BENCH_NULL_PLUGIN_PATH")) return p;
+#ifdef NCCLINSP_BENCH_NULL_PLUGIN
+  return NCCLINSP_BENCH_NULL_PLUGIN;
+#else
+  return "libnccl-profiler-null.so";
+#endif
+}
+
 }  // namespace ncclinsp::bench

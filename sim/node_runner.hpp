@@ -74,19 +74,15 @@ struct node_runner {
         c.rank = r.global;
         break;
       case comm_kind::dp:
-        c.name = "dp" + std::to_string(r.local);
-        c.comm_hash = mix(hash_str("dp"), u64(r.local));
+      case comm_kind::pp: {  // one rank per node: the GPUs with the same local index across nodes
+        const char* base = k == comm_kind::dp ? "dp" : "pp";
+        c.name = base + std::to_string(r.local);
+        c.comm_hash = mix(hash_str(base), u64(r.local));
         c.n_nodes = o.nodes;
         c.n_ranks = o.nodes;
         c.rank = r.node;
         break;
-      case comm_kind::pp:
-        c.name = "pp" + std::to_string(r.local);
-        c.comm_hash = mix(hash_str("pp"), u64(r.local));
-        c.n_nodes = o.nodes;
-        c.n_ranks = o.nodes;
-        c.rank = r.node;
-        break;
+      }
     }
     c.comm_hash ^= mix(o.seed, 0x5eed);  // different seeds → different "jobs"
     return c;

@@ -34,14 +34,20 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
     "unknown", "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll",  "Gather",
     "Scatter", "Send",      "Recv",      "SendRecv",      "PutSignal", "Signal", "WaitSignal"};
 
+namespace detail {
+/// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
+template <class E, std::size_t N>
+constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s, std::size_t end = N) noexcept {
+  for (std::size_t i = 1; i < end; ++i)
+    if (names[i] == s) return static_cast<E>(i);
+  return E{};
+}
+}  // namespace detail
+
 constexpr std::string_view to_string(func f) noexcept { return func_names[static_cast<std::size_t>(f)]; }
 
 /// Parses NCCL's function string; anything else (including "Invalid" and NULL) is `unknown`.
-constexpr func parse_func(std::string_view s) noexcept {
-  for (std::size_t i = 1; i < func_count; ++i)
-    if (func_names[i] == s) return static_cast<func>(i);
-  return func::unknown;
-}
+constexpr func parse_func(std::string_view s) noexcept { return detail::parse_name<func>(func_names, s); }
 inline func parse_func(const char* s) noexcept { return s ? parse_func(std::string_view(s)) : func::unknown; }
 
 constexpr bool is_p2p(func f) noexcept { return f == func::send || f == func::recv; }
@@ -73,11 +79,7 @@ constexpr std::string_view to_string(dtype d) noexcept { return dtype_names[stat
 /// Element size in bytes; 0 when unknown.
 constexpr std::size_t size_of(dtype d) noexcept { return dtype_sizes[static_cast<std::size_t>(d)]; }
 
-constexpr dtype parse_dtype(std::string_view s) noexcept {
-  for (std::size_t i = 1; i < dtype_count; ++i)
-    if (dtype_names[i] == s) return static_cast<dtype>(i);
-  return dtype::unknown;
-}
+constexpr dtype parse_dtype(std::string_view s) noexcept { return detail::parse_name<dtype>(dtype_names, s); }
 inline dtype parse_dtype(const char* s) noexcept { return s ? parse_dtype(std::string_view(s)) : dtype::unknown; }
 
 /// Algorithms (`ncclAlgoToString`) plus `sym` for symmetric kernels and `none` for P2P/CE ops.
@@ -97,10 +99,9 @@ enum class algo : std::uint8_t {
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(algo::count_)> algo_names = {
     "Unknown", "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT", "SYM", "none"};
 constexpr std::string_view to_string(algo a) noexcept { return algo_names[static_cast<std::size_t>(a)]; }
+/// NCCL's algorithm names only: "SYM" and "none" are ours, never parsed.
 constexpr algo parse_algo(std::string_view s) noexcept {
-  for (std::size_t i = 1; i < static_cast<std::size_t>(algo::sym); ++i)
-    if (algo_names[i] == s) return static_cast<algo>(i);
-  return algo::unknown;
+  return detail::parse_name<algo>(algo_names, s, static_cast<std::size_t>(algo::sym));
 }
 
 /// Protocols (`ncclProtoToString`); `none` for P2P/CE ops and symmetric kernels (empty proto).
@@ -109,10 +110,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(proto::co
     "Unknown", "LL", "LL128", "SIMPLE", "none"};
 constexpr std::string_view to_string(proto p) noexcept { return proto_names[static_cast<std::size_t>(p)]; }
 constexpr proto parse_proto(std::string_view s) noexcept {
-  if (s.empty()) return proto::none;
-  for (std::size_t i = 1; i < static_cast<std::size_t>(proto::none); ++i)
-    if (proto_names[i] == s) return static_cast<proto>(i);
-  return proto::unknown;
+  return s.empty() ? proto::none : detail::parse_name<proto>(proto_names, s, static_cast<std::size_t>(proto::none));
 }
 
 /// Where an op's duration came from (Inspector's `*_timing_source` values).

@@ -251,12 +251,7 @@ def main():
                 am.wait()
     for f in fails:
         print("FAIL:", f)
-    if fails:
-        print(f"alertmanager: FAILED; config and log under {root}")
-        return 1
-    shutil.rmtree(root, ignore_errors=True)
-    print("alertmanager: OK")
-    return 0
+    return P.finish("alertmanager", fails, root)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -737,14 +736,7 @@ def main():
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)  # our own session: the simulator and its node processes
                 p.wait()
-    took = time.monotonic() - t_start
-    if failures:
-        print(f"e2e: FAILED ({len(failures)} problem(s)) in {took:.0f}s; files and logs under {root}")
-        return 1
-    print(f"e2e: OK in {took:.0f}s")
-    if not a.keep and not a.root:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    return P.finish("e2e", failures, root, t_start, keep=a.keep or bool(a.root))
 
 
 if __name__ == "__main__":

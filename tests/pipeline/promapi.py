@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -415,3 +416,15 @@ def uses_var(value: str, names: set[str]) -> set[str]:
         if n in names:
             found.add(n)
     return found
+
+
+def finish(name: str, failures: list, root: str, t_start: float | None = None, keep: bool = False) -> int:
+    """A test script's verdict line and exit code; on success its scratch folder goes unless keep."""
+    took = f" in {time.monotonic() - t_start:.1f}s" if t_start is not None else ""
+    if failures:
+        print(f"{name}: FAILED ({len(failures)} problem(s)){took}; files and logs under {root}")
+        return 1
+    print(f"{name}: OK{took}")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0

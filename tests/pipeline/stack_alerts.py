@@ -12,7 +12,6 @@ Prints how long after the drop each alert fired. Exit 0 pass, 1 fail, 77 skip.
 """
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -77,12 +76,7 @@ def main():
         w.join(timeout=2)
     for f in failures:
         print("FAIL:", f)
-    if failures:
-        print(f"stack_alerts: FAILED; files under {root}")
-        return 1
-    shutil.rmtree(root, ignore_errors=True)
-    print("stack_alerts: OK")
-    return 0
+    return P.finish("stack_alerts", failures, root)
 
 
 if __name__ == "__main__":

@@ -316,14 +316,7 @@ def main():
     finally:
         w.stop_ev.set()
         w.join(timeout=2)
-    took = time.monotonic() - t_start
-    if failures:
-        print(f"stack_smoke: FAILED ({len(failures)} problem(s)) in {took:.1f}s; logs under {root}/logs")
-        return 1
-    print(f"stack_smoke: OK in {took:.1f}s")
-    if not a.keep and not a.root:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    return P.finish("stack_smoke", failures, root, t_start, keep=a.keep or bool(a.root))
 
 
 if __name__ == "__main__":
