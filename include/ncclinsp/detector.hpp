@@ -29,11 +29,13 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <string>
+#include <string_view>
 #include <map>
 #include <tuple>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "ncclinsp/bucketing.hpp"
 #include "ncclinsp/options.hpp"
@@ -68,15 +70,11 @@ inline detector_options detector_options_from(const options& o) {
 /// One line for a log: "bus bandwidth of AllReduce 1MiB-2MiB on comm tp (hash, rank 3/8) degraded
 /// to 86% of baseline (41.2 -> 35.4 GB/s)".
 inline std::string describe(const busbw_event& e) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, " to %.0f%% of baseline (%.3g -> %.3g GB/s)", e.ratio * 100, e.baseline_gbs,
-                e.recent_gbs);
-  char hash[24];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(e.comm.hash));
-  return std::string("bus bandwidth of ") + std::string(to_string(e.fn)) + " " + pow2_bucketer::label(e.size_bucket) +
-         " on comm " + (e.comm.name.empty() ? std::string("unknown") : e.comm.name) + " (" + hash + ", rank " +
-         std::to_string(e.comm.rank) + "/" + std::to_string(e.comm.nranks) + ") " +
-         (e.degraded ? "degraded" : "recovered") + buf;
+  return fmt::format(
+      "bus bandwidth of {} {} on comm {} ({:016x}, rank {}/{}) {} to {:.0f}% of baseline ({:.3g} -> {:.3g} GB/s)",
+      to_string(e.fn), pow2_bucketer::label(e.size_bucket),
+      e.comm.name.empty() ? std::string_view("unknown") : std::string_view(e.comm.name), e.comm.hash, e.comm.rank,
+      e.comm.nranks, e.degraded ? "degraded" : "recovered", e.ratio * 100, e.baseline_gbs, e.recent_gbs);
 }
 
 class change_detector {

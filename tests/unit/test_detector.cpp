@@ -318,3 +318,26 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
   CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") !=
         std::string::npos);
 }
+
+TEST_CASE("describe: one log line with the numbers as a person reads them") {
+  busbw_event e;
+  e.comm.name = "tp";
+  e.comm.hash = 0xabc;
+  e.comm.rank = 3;
+  e.comm.nranks = 8;
+  e.fn = func::all_gather;
+  e.size_bucket = 21;  // 1MiB-2MiB
+  e.degraded = true;
+  e.baseline_gbs = 41.234;
+  e.recent_gbs = 35.4449;
+  e.ratio = 0.8596;
+  CHECK(describe(e) ==
+        "bus bandwidth of AllGather 1MiB-2MiB on comm tp (0000000000000abc, rank 3/8) degraded to 86% of baseline "
+        "(41.2 -> 35.4 GB/s)");
+  e.comm.name.clear();
+  e.degraded = false;
+  e.ratio = 1.0;
+  e.recent_gbs = 0.000123;
+  CHECK(describe(e).find("on comm unknown (") != std::string::npos);
+  CHECK(describe(e).find("recovered to 100% of baseline (41.2 -> 0.000123 GB/s)") != std::string::npos);
+}
