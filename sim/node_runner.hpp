@@ -19,15 +19,17 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "ncclinsp/detail/atomic_file.hpp"
 
 namespace ncclinsp::sim::app {
 
@@ -275,26 +277,18 @@ struct node_runner {
 
   void write_prom(const std::string& dir) const {
     if (dir.empty()) return;
-    std::ostringstream s;
-    s << "# HELP ncclinsp_sim_step_tflops Throughput of the rank's last simulated training step, TFLOP/s per GPU.\n"
-         "# TYPE ncclinsp_sim_step_tflops gauge\n";
+    std::string s =
+        "# HELP ncclinsp_sim_step_tflops Throughput of the rank's last simulated training step, TFLOP/s per GPU.\n"
+        "# TYPE ncclinsp_sim_step_tflops gauge\n";
     for (const auto& r : ranks)
-      s << "ncclinsp_sim_step_tflops{node=\"" << node_label(r->node) << "\",rank=\"" << r->global << "\"} "
-        << r->tflops.load() << "\n";
-    s << "# HELP ncclinsp_sim_steps_total Simulated training steps completed by the rank.\n"
+      fmt::format_to(std::back_inserter(s), "ncclinsp_sim_step_tflops{{node=\"{}\",rank=\"{}\"}} {}\n",
+                     node_label(r->node), r->global, r->tflops.load());
+    s += "# HELP ncclinsp_sim_steps_total Simulated training steps completed by the rank.\n"
          "# TYPE ncclinsp_sim_steps_total counter\n";
     for (const auto& r : ranks)
-      s << "ncclinsp_sim_steps_total{node=\"" << node_label(r->node) << "\",rank=\"" << r->global << "\"} "
-        << r->steps.load() << "\n";
-    const fs::path final_path = fs::path(dir) / "ncclinsp_sim.prom";
-    const fs::path tmp = fs::path(dir) / ".ncclinsp_sim.prom.tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << s.str();
-      if (!f) return;
-    }
-    std::error_code ec;
-    fs::rename(tmp, final_path, ec);
+      fmt::format_to(std::back_inserter(s), "ncclinsp_sim_steps_total{{node=\"{}\",rank=\"{}\"}} {}\n",
+                     node_label(r->node), r->global, r->steps.load());
+    ncclinsp::detail::write_file_atomic(dir, "ncclinsp_sim.prom", s);  // a failed write keeps the old file
   }
 
   int run(const std::vector<int>& nodes, const std::string& prom_dir) {
