@@ -1,13 +1,14 @@
 // The do-nothing NCCL profiler plugin: the floor for every plugin measurement. Exports
-// ncclProfiler_v4..v7; init subscribes to the same events as ncclinsp (Coll, P2p, KernelCh) so
-// NCCL (or the simulator) makes the same startEvent calls, and returns success; every event gets a
-// NULL handle, so NCCL makes no stop/record calls. With NCCLINSP_NULL_PLUGIN_HANDLES=1 it returns
-// a constant non-NULL handle instead, so every callback ncclinsp receives is made (a second floor);
-// the mode is read at each init and kept in that communicator's context (NULL = NULL handles).
+// ncclProfiler_v<N> for each of abi::versions, as the plugin does; init subscribes to the same
+// events as ncclinsp (Coll, P2p, KernelCh) so NCCL (or the simulator) makes the same startEvent
+// calls, and returns success; every event gets a NULL handle, so NCCL makes no stop/record calls.
+// With NCCLINSP_NULL_PLUGIN_HANDLES=1 it returns a constant non-NULL handle instead, so every
+// callback ncclinsp receives is made (a second floor); the mode is read at each init and kept in
+// that communicator's context (NULL = NULL handles).
 #include <cstdint>
 #include <cstdlib>
 
-#include "ncclinsp/abi/nccl_profiler.hpp"
+#include "ncclinsp/abi/versions.hpp"
 
 namespace {
 namespace abi = ncclinsp::abi;
@@ -40,6 +41,10 @@ abi::result_t stop_event(void*) noexcept { return abi::success; }
 abi::result_t record_event_state(void*, abi::event_state, abi::state_args*) noexcept { return abi::success; }
 abi::result_t finalize(void*) noexcept { return abi::success; }
 }  // namespace
+
+// One table per entry of abi::versions (a new version: add its table below).
+static_assert(abi::versions == std::array<int, 4>{4, 5, 6, 7},
+              "export a ncclProfiler_v<N> table for each of abi::versions");
 
 #define NCCLINSP_NULL_EXPORT __attribute__((visibility("default")))
 

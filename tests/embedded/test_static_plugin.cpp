@@ -1,6 +1,7 @@
 // NCCL_PROFILER_PLUGIN=STATIC_PLUGIN: this executable is linked with ncclinsp_add_static_plugin(),
-// so NCCL finds the profiler tables with dlopen(NULL) + dlsym("ncclProfiler_v7") (then _v6, _v5,
-// _v4). The test looks them up the same way and drives one op through init/start/stop/finalize.
+// so NCCL finds the profiler tables with dlopen(NULL) + dlsym("ncclProfiler_v<N>"), newest first
+// (abi::versions). The test looks them up the same way and drives one op through the newest table's
+// init/start/stop/finalize.
 // Plugin state is process-wide and configured from the environment at the first init, so the
 // driving runs in a forked child.
 #include <catch2/catch.hpp>
@@ -16,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "ncclinsp/abi/nccl_profiler.hpp"
+#include "ncclinsp/abi/versions.hpp"
 
 namespace abi = ncclinsp::abi;
 
@@ -37,12 +38,16 @@ std::string only_prom_file(const std::string& dir) {
   return ss.str();
 }
 
-int drive(const abi::profiler_v7* t) {
+using newest_table = abi::version<abi::newest>::table;
+using newest_descr = abi::version<abi::newest>::descr;
+const std::string newest_symbol = "ncclProfiler_v" + std::to_string(abi::newest);
+
+int drive(const newest_table* t) {
   void* ctx = nullptr;
   int mask = 0;
   if (t->init(&ctx, 0x5eed, &mask, "static", 1, 2, 0, nullptr) != abi::success || !ctx) return 20;
   if (!(mask & abi::ev_coll) || !(mask & abi::ev_kernel_ch)) return 21;
-  abi::descr_v7 d{};
+  newest_descr d{};
   d.type = abi::ev_coll;
   d.coll.seqNumber = 7;
   d.coll.func = "AllReduce";
@@ -55,7 +60,7 @@ int drive(const abi::profiler_v7* t) {
   t->startEvent(ctx, &coll, &d);
   if (!coll) return 22;
   t->stopEvent(coll);  // enqueued
-  abi::descr_v7 k{};
+  newest_descr k{};
   k.type = abi::ev_kernel_ch;
   k.parentObj = coll;
   k.kernelCh.channelId = 0;
@@ -78,7 +83,7 @@ TEST_CASE("STATIC_PLUGIN: dlopen(NULL) finds every profiler table in the executa
   REQUIRE(self);
   Dl_info main_info{};
   REQUIRE(::dladdr(reinterpret_cast<void*>(&only_prom_file), &main_info));
-  for (int v : {7, 6, 5, 4}) {
+  for (int v : abi::versions) {
     INFO("ncclProfiler_v" << v);
     void* sym = ::dlsym(self, ("ncclProfiler_v" + std::to_string(v)).c_str());
     REQUIRE(sym);
@@ -100,7 +105,7 @@ TEST_CASE("STATIC_PLUGIN: init/start/stop/finalize through the table write the m
     ::setenv("NCCLINSP_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);  // no GPU: host-based file name
     ::setenv("NCCLINSP_NODE_NAME", "static-node", 1);
     void* self = ::dlopen(nullptr, RTLD_NOW);
-    const auto* t = static_cast<const abi::profiler_v7*>(::dlsym(self, "ncclProfiler_v7"));
+    const auto* t = static_cast<const newest_table*>(::dlsym(self, newest_symbol.c_str()));
     ::_exit(t ? drive(t) : 19);
   }
   int st = 0;
@@ -113,7 +118,7 @@ TEST_CASE("STATIC_PLUGIN: init/start/stop/finalize through the table write the m
   CHECK(text.find("comm_name=\"static\"") != std::string::npos);
   CHECK(text.find("node=\"static-node\"") != std::string::npos);
   CHECK(text.find("ncclinsp_info{") != std::string::npos);
-  CHECK(text.find("abi=\"v7\"") != std::string::npos);
+  CHECK(text.find("abi=\"v" + std::to_string(abi::newest) + "\"") != std::string::npos);
   std::smatch m;
   REQUIRE(std::regex_search(text, m, std::regex(R"(\nncclinsp_busy_seconds_total\{[^}]*\} ([0-9.e+-]+)\n)")));
   CHECK(std::stod(m[1]) == Approx(400e-6));  // the 400 us GPU span

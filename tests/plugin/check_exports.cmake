@@ -1,7 +1,19 @@
-# cmake -DNM=... -DREADELF=... -DSO=libnccl-profiler-ncclinsp.so -P check_exports.cmake
-# The plugin's dynamic symbol table: it defines exactly ncclProfiler_v4..v7 (nothing of ours, of
-# {fmt} or of libstdc++ leaks), imports no {fmt} symbol and needs no libfmt (a host process's own
-# {fmt}, as PyTorch ships, can never be bound in place of ours).
+# cmake -DNM=... -DREADELF=... -DSO=libnccl-profiler-ncclinsp.so \
+#       -DVERSIONS=include/ncclinsp/abi/versions.hpp -P check_exports.cmake
+# The plugin's dynamic symbol table: it defines exactly one ncclProfiler_v<N> per entry of
+# abi::versions (read from VERSIONS; nothing of ours, of {fmt} or of libstdc++ leaks), imports no
+# {fmt} symbol and needs no libfmt (a host process's own {fmt}, as PyTorch ships, can never be bound
+# in place of ours).
+file(READ ${VERSIONS} _versions_hpp)
+if(NOT _versions_hpp MATCHES "versions = {([0-9, ]+)}")
+  message(FATAL_ERROR "${VERSIONS}: no `versions = {...}` list found")
+endif()
+string(REGEX MATCHALL "[0-9]+" _versions "${CMAKE_MATCH_1}")
+set(_expected)
+foreach(v IN LISTS _versions)
+  list(APPEND _expected "ncclProfiler_v${v}")
+endforeach()
+list(SORT _expected)
 execute_process(COMMAND ${NM} -D --defined-only ${SO} RESULT_VARIABLE rc OUTPUT_VARIABLE defined ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm -D ${SO} failed: ${err}")
@@ -14,8 +26,8 @@ foreach(l IN LISTS _lines)
   list(APPEND _names "${_n}")
 endforeach()
 list(SORT _names)
-if(NOT _names STREQUAL "ncclProfiler_v4;ncclProfiler_v5;ncclProfiler_v6;ncclProfiler_v7")
-  message(FATAL_ERROR "${SO} exports [${_names}], expected exactly ncclProfiler_v4..v7:\n${defined}")
+if(NOT _names STREQUAL _expected)
+  message(FATAL_ERROR "${SO} exports [${_names}], expected exactly [${_expected}] (abi::versions):\n${defined}")
 endif()
 execute_process(COMMAND ${NM} -D --undefined-only -C ${SO} OUTPUT_VARIABLE undefined)
 if(undefined MATCHES "fmt::")

@@ -22,6 +22,7 @@
 #include "nccl_driver.hpp"
 #include "paced_load.hpp"
 #include "plugin_harness.hpp"
+#include "ncclinsp/abi/versions.hpp"
 #include "ncclinsp/bandwidth.hpp"
 
 namespace sim = ncclinsp::sim;
@@ -89,7 +90,7 @@ int drive_basic(int abi) {
 }  // namespace
 
 TEST_CASE("each ABI version: busbw and exec time from GPU timestamps, channels not starting at 0, P2P", "[plugin]") {
-  for (int abi : {4, 5, 6, 7}) {
+  for (int abi : ncclinsp::abi::versions) {
     INFO("ABI v" << abi);
     const std::string dir = fresh_dir("plugin");
     REQUIRE(in_child(prom_env(dir), [abi] { return drive_basic(abi); }) == 0);

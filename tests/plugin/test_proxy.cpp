@@ -1,7 +1,7 @@
 // Sampled ProxyOp/ProxyStep accounting (NCCLINSP_PROXY=1): a scripted event sequence straight
-// through the plugin's exported ncclProfiler_v7 / _v4 tables (the ProxyStep transitions timed by
-// real sleeps), then the wait seconds per peer, direction and state, bytes and steps read back from
-// the .prom file the plugin wrote.
+// through the plugin's exported tables of the newest and the oldest ABI version (the ProxyStep
+// transitions timed by real sleeps), then the wait seconds per peer, direction and state, bytes and
+// steps read back from the .prom file the plugin wrote.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -165,13 +165,14 @@ int drive(const Table* t, int abi_version) {
 
 TEST_CASE("proxy accounting: wait seconds by peer, direction and state, bytes and steps, sampled by sequence number",
           "[plugin][proxy]") {
-  for (int v : {7, 4}) {
+  for (int v : {abi::newest, abi::oldest}) {
     INFO("ABI v" << v);
     const std::string dir = fresh_dir("proxy");
     REQUIRE(in_child(proxy_env(dir, "2"), [v] {
               sim::plugin_library lib(NCCLINSP_PLUGIN_SO, v);
               set_device(2);
-              return v == 7 ? drive<abi::descr_v7>(lib.table<7>(), 7) : drive<abi::descr_v4>(lib.table<4>(), 4);
+              return v == abi::newest ? drive<abi::version<abi::newest>::descr>(lib.table<abi::newest>(), abi::newest)
+                                      : drive<abi::version<abi::oldest>::descr>(lib.table<abi::oldest>(), abi::oldest);
             }) == 0);
     const auto files = files_in(dir, ".prom");
     REQUIRE(files.size() == 1);

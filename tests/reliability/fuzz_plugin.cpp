@@ -1,13 +1,14 @@
-// libFuzzer target: bytes -> a sequence of NCCL profiler calls (v4..v7 tables, every event type and
-// state, init/finalize interleaved, events after finalize, handles that were created, NULL, stale or
-// random integers, hostile strings). Built with clang++ -fsanitize=fuzzer,address,undefined.
+// libFuzzer target: bytes -> a sequence of NCCL profiler calls (the table of each of abi::versions,
+// every event type and state, init/finalize interleaved, events after finalize, handles that were
+// created, NULL, stale or random integers, hostile strings). Built with clang++
+// -fsanitize=fuzzer,address,undefined.
 //
 // The plugin keeps one process-wide state, configured from the environment at its first init, and
 // its communicator table holds 4096 communicators over the life of the process. So that every
 // input starts from a fresh plugin, most inputs run against a private plugin_state constructed for
 // that input (same code as the exported tables: exports.cpp is compiled into this file, and its
 // wrappers are reproduced for the private state); 1 input in 8 goes through the real exported
-// ncclProfiler_v4..v7 tables of the process-wide state (which eventually fills its comm table:
+// ncclProfiler_v<N> tables of the process-wide state (which eventually fills its comm table:
 // that path is exercised too). The environment is re-chosen per private state.
 //
 // Environment (LLVMFuzzerInitialize): NCCL_INSPECTOR_ENABLE=1, dump dir under /dev/shm (or /tmp),
@@ -46,6 +47,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -104,10 +106,35 @@ abi::result_t p_fini(void* c) {
 std::vector<plugin_state*>* const g_parked = new std::vector<
     plugin_state*>();  // never destroyed: states a detached exporter may still use (reachable: not leaks)
 
-const abi::profiler_v7 priv_v7 = {"p", p_init5<7>, p_start<abi::descr_v7>, p_stop, p_record, p_fini};
-const abi::profiler_v6 priv_v6 = {"p", p_init5<6>, p_start<abi::descr_v6>, p_stop, p_record, p_fini};
-const abi::profiler_v5 priv_v5 = {"p", p_init5<5>, p_start<abi::descr_v5>, p_stop, p_record, p_fini};
-const abi::profiler_v4 priv_v4 = {"p", p_init4, p_start<abi::descr_v4>, p_stop, p_record, p_fini};
+template <int V>
+constexpr typename abi::version<V>::table priv_table() {
+  using descr = typename abi::version<V>::descr;
+  if constexpr (std::is_same_v<descr, abi::descr_v4>)
+    return {"p", p_init4, p_start<descr>, p_stop, p_record, p_fini};
+  else
+    return {"p", p_init5<V>, p_start<descr>, p_stop, p_record, p_fini};
+}
+template <int V>
+const typename abi::version<V>::table priv = priv_table<V>();
+
+// One table pointer per entry of abi::versions, in that order.
+template <std::size_t... I>
+auto table_tuple(std::index_sequence<I...>) -> std::tuple<const typename abi::version<abi::versions[I]>::table*...>;
+using tables = decltype(table_tuple(std::make_index_sequence<abi::versions.size()>{}));
+template <int V>
+constexpr std::size_t version_index() {
+  std::size_t i = 0;
+  while (abi::versions[i] != V) ++i;
+  return i;
+}
+template <std::size_t... I>
+tables private_tables(std::index_sequence<I...>) {
+  return {&priv<abi::versions[I]>...};
+}
+// The exported tables have names: one per entry of abi::versions (a new version: add it here).
+static_assert(abi::versions == std::array<int, 4>{4, 5, 6, 7},
+              "list the ncclProfiler_v<N> table of each of abi::versions");
+tables exported_tables() { return {&ncclProfiler_v4, &ncclProfiler_v5, &ncclProfiler_v6, &ncclProfiler_v7}; }
 
 // ---- strings ----------------------------------------------------------------------------------------
 const char* const k_names[] = {"AllReduce", "AllGather",   "ReduceScatter", "Broadcast",    "Reduce",
@@ -154,14 +181,20 @@ struct string_pool {
 // ---- one input --------------------------------------------------------------------------------------
 struct run {
   FuzzedDataProvider& in;
+  tables t;  // the table of each version, in the order of abi::versions
   string_pool strs;
   std::vector<void*> contexts;  // every context init returned (live, finalized or stale)
   std::vector<void*> handles;   // every event handle startEvent returned
-  int version = 7;
-  const abi::profiler_v7* t7;
-  const abi::profiler_v6* t6;
-  const abi::profiler_v5* t5;
-  const abi::profiler_v4* t4;
+  int version = abi::newest;
+
+  run(FuzzedDataProvider& input, tables ts) : in(input), t(ts) {}
+
+  template <int V>
+  const typename abi::version<V>::table* table() const {
+    return std::get<version_index<V>()>(t);
+  }
+  /// stopEvent, recordEventState and finalize are the same function in every table.
+  const abi::version<abi::newest>::table* any_table() const { return table<abi::newest>(); }
 
   void* any_handle() {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
@@ -203,22 +236,13 @@ struct run {
     abi::logger_t lg = in.ConsumeIntegralInRange<int>(0, 15) ? quiet_logger : nullptr;
     void** pctx = in.ConsumeIntegralInRange<int>(0, 31) ? &ctx : nullptr;
     int* pmask = in.ConsumeIntegralInRange<int>(0, 31) ? &mask : nullptr;
-    abi::result_t r;
-    switch (version) {
-      case 7:
-        r = t7->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
-        break;
-      case 6:
-        r = t6->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
-        break;
-      case 5:
-        r = t5->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
-        break;
-      default:
-        r = t4->init(pctx, pmask, name, id, nnodes, nranks, rank, lg);
-        break;
-    }
-    (void)r;
+    abi::with_abi(version, [&](auto v) {
+      const auto* tb = table<decltype(v)::value>();
+      if constexpr (std::is_same_v<typename abi::version<decltype(v)::value>::descr, abi::descr_v4>)
+        (void)tb->init(pctx, pmask, name, id, nnodes, nranks, rank, lg);  // v4: no commId before the mask
+      else
+        (void)tb->init(pctx, id, pmask, name, nnodes, nranks, rank, lg);
+    });
     if (pctx && ctx) contexts.push_back(ctx);
   }
 
@@ -310,32 +334,11 @@ struct run {
     void** ph = in.ConsumeIntegralInRange<int>(0, 31) ? &h : nullptr;
     void* ctx = any_context();
     const bool null_descr = in.ConsumeIntegralInRange<int>(0, 63) == 0;
-    switch (version) {
-      case 7: {
-        abi::descr_v7 d;
-        fill_event(d);
-        t7->startEvent(ctx, ph, null_descr ? nullptr : &d);
-        break;
-      }
-      case 6: {
-        abi::descr_v6 d;
-        fill_event(d);
-        t6->startEvent(ctx, ph, null_descr ? nullptr : &d);
-        break;
-      }
-      case 5: {
-        abi::descr_v5 d;
-        fill_event(d);
-        t5->startEvent(ctx, ph, null_descr ? nullptr : &d);
-        break;
-      }
-      default: {
-        abi::descr_v4 d;
-        fill_event(d);
-        t4->startEvent(ctx, ph, null_descr ? nullptr : &d);
-        break;
-      }
-    }
+    abi::with_abi(version, [&](auto v) {
+      typename abi::version<decltype(v)::value>::descr d;
+      fill_event(d);
+      table<decltype(v)::value>()->startEvent(ctx, ph, null_descr ? nullptr : &d);
+    });
     if (ph && h) handles.push_back(h);
   }
 
@@ -362,7 +365,7 @@ struct run {
                             ? 1'800'000'000'000'000'000ull + in.ConsumeIntegralInRange<std::uint64_t>(0, 1u << 30)
                             : in.ConsumeIntegral<std::uint64_t>();
     abi::state_args* pa = in.ConsumeIntegralInRange<int>(0, 15) ? &a : nullptr;
-    t7->recordEventState(any_handle(), static_cast<abi::event_state>(st), pa);  // one function in every table
+    any_table()->recordEventState(any_handle(), static_cast<abi::event_state>(st), pa);
   }
 
   void go() {
@@ -372,10 +375,10 @@ struct run {
           do_init();
           break;
         case 1:
-          if (in.ConsumeIntegralInRange<int>(0, 3) == 0) t7->finalize(any_context());
+          if (in.ConsumeIntegralInRange<int>(0, 3) == 0) any_table()->finalize(any_context());
           break;
         case 2:
-          version = in.ConsumeIntegralInRange<int>(abi::oldest, abi::newest);
+          version = abi::versions[in.ConsumeIntegralInRange<std::size_t>(0, abi::versions.size() - 1)];
           break;  // NCCL uses one table; the state does not care
         case 3:
         case 4:
@@ -388,7 +391,7 @@ struct run {
         case 9:
         case 10:
         case 11:
-          t7->stopEvent(any_handle());
+          any_table()->stopEvent(any_handle());
           break;
         case 12:
         case 13:
@@ -399,19 +402,19 @@ struct run {
             void* op = handles[in.ConsumeIntegralInRange<std::size_t>(0, handles.size() - 1)];
             const int nch = in.ConsumeIntegralInRange<int>(0, 4);
             for (int c = 0; c < nch; ++c) {
-              abi::descr_v7 d{};
+              abi::version<abi::newest>::descr d{};
               d.type = abi::ev_kernel_ch;
               d.parentObj = op;
               d.kernelCh.channelId = static_cast<std::uint8_t>(c);
               d.kernelCh.pTimer = 1'800'000'000'000'000'000ull + 1000u * c;
               void* ch = nullptr;
-              t7->startEvent(nullptr, &ch, &d);
+              any_table()->startEvent(nullptr, &ch, &d);
               abi::state_args a;
               a.kernelCh.pTimer = d.kernelCh.pTimer + 5000;
-              t7->recordEventState(ch, abi::st_kernel_ch_stop, &a);
-              t7->stopEvent(ch);
+              any_table()->recordEventState(ch, abi::st_kernel_ch_stop, &a);
+              any_table()->stopEvent(ch);
             }
-            t7->stopEvent(op);
+            any_table()->stopEvent(op);
           }
           break;
         default:
@@ -474,26 +477,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzedDataProvider in(data, size);
   const bool global = in.ConsumeIntegralInRange<int>(0, 7) == 0;
   if (global) {
-    run r{in};
-    r.t7 = &ncclProfiler_v7;
-    r.t6 = &ncclProfiler_v6;
-    r.t5 = &ncclProfiler_v5;
-    r.t4 = &ncclProfiler_v4;
+    run r(in, exported_tables());
     r.go();
-    for (void* c : r.contexts) ncclProfiler_v7.finalize(c);  // NCCL finalizes what it created
+    for (void* c : r.contexts) r.any_table()->finalize(c);  // NCCL finalizes what it created
     return 0;
   }
   choose_env(in);
   g_detached = false;
   g_st = new plugin_state();
   {
-    run r{in};
-    r.t7 = &priv_v7;
-    r.t6 = &priv_v6;
-    r.t5 = &priv_v5;
-    r.t4 = &priv_v4;
+    run r(in, private_tables(std::make_index_sequence<abi::versions.size()>{}));
     r.go();
-    for (void* c : r.contexts) priv_v7.finalize(c);
+    for (void* c : r.contexts) r.any_table()->finalize(c);
   }
   // A detached exporter (final flush slower than the 100 ms teardown bound) still uses the state:
   // the plugin never frees its state, so neither do we in that case.

@@ -1,13 +1,14 @@
-/// A recording NCCL profiler plugin for tests: exports ncclProfiler_v4..v7; every call is appended to a
-/// process-wide log readable through rec_count/rec_get. Handles are distinct non-NULL objects whose first
-/// 8 bytes hold the event type; rec_set_null_types makes startEvent return NULL for the given type bits.
-/// At init it writes rec_set_init_mask's value (default: env REC_PLUGIN_MASK, else 0x46) to the mask.
-/// If env REC_PLUGIN_DUMP is set, the last finalize writes per-(call,type) counts to that file; if
-/// REC_PLUGIN_TRACE is set, it writes every ProxyOp/ProxyStep call with its time there (one line per call:
-/// `<call> <type> <handle> <parent> <state> <arg> <wall_ns> <rank> <peer> <channel> <is_send> <comm_name>`).
+/// A recording NCCL profiler plugin for tests: exports ncclProfiler_v<N> for each of abi::versions;
+/// every call is appended to a process-wide log readable through rec_count/rec_get. Handles are
+/// distinct non-NULL objects whose first 8 bytes hold the event type; rec_set_null_types makes
+/// startEvent return NULL for the given type bits. At init it writes rec_set_init_mask's value
+/// (default: env REC_PLUGIN_MASK, else 0x46) to the mask. If env REC_PLUGIN_DUMP is set, the last
+/// finalize writes per-(call,type) counts to that file; if REC_PLUGIN_TRACE is set, it writes every
+/// ProxyOp/ProxyStep call with its time there (one line per call: `<call> <type> <handle> <parent>
+/// <state> <arg> <wall_ns> <rank> <peer> <channel> <is_send> <comm_name>`).
 #include "recording_plugin.hpp"
 
-#include <ncclinsp/abi/nccl_profiler.hpp>
+#include <ncclinsp/abi/versions.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -254,6 +255,10 @@ abi::result_t init_v5(void** c, std::uint64_t h, int* m, const char* n, int nn, 
   return init_common<V>(c, h, m, n, nn, nr, r);
 }
 }  // namespace
+
+// One table per entry of abi::versions (a new version: add its table below).
+static_assert(abi::versions == std::array<int, 4>{4, 5, 6, 7},
+              "export a ncclProfiler_v<N> table for each of abi::versions");
 
 #define REC_EXPORT extern "C" __attribute__((visibility("default")))
 #define REC_TABLE __attribute__((visibility("default")))

@@ -115,7 +115,7 @@ inline double hist_count(const series_row& r) {
 }  // namespace detail
 
 /// Every family, in the order the serializers write them (docs/metrics.md lists the same).
-inline constexpr std::array<metric_family, 26> catalogue = {{
+inline constexpr auto catalogue = std::to_array<metric_family>({
     {"nccl_bus_bandwidth_gbs", metric_type::gauge, "GB/s",
      "Geometric mean bus bandwidth (GB/s, 1e9 bytes) of collectives completed in the last export window (Inspector-compatible).",
      series_source::compat_coll, true, false, false, detail::geomean_busbw},
@@ -193,7 +193,7 @@ inline constexpr std::array<metric_family, 26> catalogue = {{
     {"ncclinsp_info", metric_type::gauge, "1",
      "ncclinsp build and profiler ABI; 'final' is 1 in the file written at shutdown.", series_source::gpu_info, false,
      true, false, [](const series_row& r) { return r.value; }},
-}};
+});
 
 /// The rows of every source: sorted by labels, but those of the diagnosis sources in snapshot order
 /// and the per-GPU reasons in their enum order.
