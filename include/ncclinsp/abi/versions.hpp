@@ -17,7 +17,7 @@
 namespace ncclinsp::abi {
 
 /// Versions we export and the simulator drives, oldest first.
-inline constexpr std::array<int, 4> versions = {4, 5, 6, 7};
+inline constexpr std::array versions = {4, 5, 6, 7};
 inline constexpr int oldest = versions.front();
 inline constexpr int newest = versions.back();
 
