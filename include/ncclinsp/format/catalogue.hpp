@@ -20,6 +20,10 @@
 /// process started (a sink that needs deltas keeps the previous value per family and labels);
 /// Inspector's gauges (`compat`) cover the last export window only and exist only for label sets
 /// that completed ops in it. Pure functions over a snapshot (cold path, exporter thread).
+///
+/// Over 350 lines on purpose: the family table and collect_series(), which fills the series_row
+/// fields the table's value functions read, are one unit (a family whose value is not read yet
+/// needs both), and whoever adds a family should see both in one file.
 
 #include <algorithm>
 #include <array>

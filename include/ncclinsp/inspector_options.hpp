@@ -1,0 +1,121 @@
+#pragma once
+/// How an embedded inspector is configured: inspector_options (its sinks, export interval, labels,
+/// filters, pool sizes), its mapping from the plugin's environment variables (from_env / from),
+/// make_sinks() to build its sink list, and comm_info (what a framework tells about a
+/// communicator). Cold path only; plain values, no threads.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/detail/host.hpp"
+#include "ncclinsp/detector.hpp"
+#include "ncclinsp/exporter.hpp"
+#include "ncclinsp/log.hpp"
+#include "ncclinsp/options.hpp"
+#include "ncclinsp/sink.hpp"
+#include "ncclinsp/sinks/from_options.hpp"
+#include "ncclinsp/snapshot.hpp"
+
+namespace ncclinsp {
+
+/// Builds a sink list from sink objects (any_sink is move-only, so a braced list cannot hold it).
+/// Cold path.
+template <class... S>  // any_sink says what a type lacks (write() not noexcept, ...)
+std::vector<any_sink> make_sinks(S&&... s) {
+  std::vector<any_sink> v;
+  v.reserve(sizeof...(S));
+  (v.emplace_back(std::forward<S>(s)), ...);
+  return v;
+}
+
+/// Settings of an inspector. Designated initialisers: `{.sinks = ..., .interval = ...}`.
+struct inspector_options {
+  std::vector<any_sink> sinks{};
+  /// Time between exports; zero exports only at flush() and destruction (the exporter's default).
+  std::chrono::milliseconds interval{default_export_interval};
+  /// node / slurm_job_id / user labels of every series (`abi` stays "embedded").
+  process_identity identity = default_identity();
+  /// false: record/begin/end return at once and nothing is exported (NCCL_INSPECTOR_ENABLE=0).
+  bool enabled = true;
+  /// Ops smaller than this are counted as filtered (reason min_size), not measured.
+  std::uint64_t min_size_bytes = 0;
+  /// Skip Send/Recv (NCCL_INSPECTOR_ENABLE_P2P=0).
+  bool enable_p2p = true;
+  /// In-flight ops tracked per communicator for the hang signal (begin/end); beyond it, counted.
+  std::uint32_t inflight_pool = 256;
+  /// Per-op records per recording thread, for the JSON-lines sink (0 = off).
+  std::uint32_t record_ring_capacity = 0;
+  /// v7-style user tags (op_record::user_tag) become a bounded `user_tag` label.
+  bool user_tag_label = false;
+  /// A removed communicator's final values stay in the exports this long (collector_options).
+  std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
+  /// In-process bus-bandwidth change detection at every export (detector.hpp; enabled by default).
+  detector_options detector{};
+  /// Called on the exporter thread when a communicator/collective/size turns degraded or recovers
+  /// (the same events reach sinks in snapshot::busbw_events). Should return quickly; an exception
+  /// is caught and logged.
+  std::function<void(const busbw_event&)> on_busbw_event{};
+  log_fn log{};
+  /// The destructor's bound on the final export and the sinks' shutdown (see basic_inspector::shutdown).
+  std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
+
+  /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
+  static process_identity default_identity() {
+    process_identity id;
+    id.node = id.hostname = detail::host_name();
+    if (const char* j = process_env("SLURM_JOB_ID"); j && *j) id.slurm_job_id = j;
+    id.pid = static_cast<long>(::getpid());
+    return id;
+  }
+
+  /// The plugin's configuration (options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
+  /// an inspector: the same sinks in the same directory (prom_textfile_sink / json_sink), or the OTLP
+  /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
+  /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
+  /// OTLP is opt-in: pass `otlp` = ncclinsp::make_otlp_http_sink (<ncclinsp/sinks/otlp_http_sink.hpp>);
+  /// without it NCCL_INSPECTOR_OTEL_EXPORT=1 is refused with a warning and nothing is exported.
+  static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env,
+                                    otlp_sink_factory otlp = nullptr) {
+    return from(options::from_env(log, get), log, get, otlp);
+  }
+  static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
+                                otlp_sink_factory otlp = nullptr) {
+    inspector_options r;
+    r.enabled = o.enable;
+    r.interval = o.export_interval();
+    r.identity.node = o.node_name;
+    r.identity.slurm_job_id = o.slurm_job_id;
+    r.identity.labels = o.labels;
+    r.min_size_bytes = o.min_size_bytes;
+    r.enable_p2p = o.enable_p2p;
+    r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
+    r.user_tag_label = o.user_tag_label;
+    r.retired_retention = o.retain_finalized;
+    r.detector = detector_options_from(o);
+    r.log = log;
+    if (!o.enable) return r;
+    r.record_ring_capacity = record_ring_for(o);
+    r.sinks = sinks_from_options(o, log, get, otlp);
+    return r;
+  }
+};
+
+/// What a framework knows about a communicator on this rank (cold, once per communicator).
+struct comm_info {
+  std::string name{};      ///< commName label ("unknown" when empty)
+  std::uint64_t hash = 0;  ///< equal on all ranks: comm_hash_of_unique_id(id) (comm_hash.hpp); the comm_hash label
+  int rank = 0;
+  int nranks = 1;
+  int nnodes = 1;
+  int device = -1;     ///< CUDA ordinal; the `gpu` label is GPU<device>
+  std::string uuid{};  ///< "GPU-xxxxxxxx-..." (dcgm-exporter's UUID); names the .prom file. Empty: host-<node>-pid<pid>
+};
+
+}  // namespace ncclinsp
