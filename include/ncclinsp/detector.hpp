@@ -38,7 +38,7 @@
 #include <fmt/format.h>
 
 #include "ncclinsp/bucketing.hpp"
-#include "ncclinsp/options.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/snapshot.hpp"
 
 namespace ncclinsp {
@@ -56,7 +56,7 @@ struct detector_options {
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
-inline detector_options detector_options_from(const options& o) {
+inline detector_options detector_options_from(const env_options& o) {
   detector_options d;
   d.enabled = o.detect;
   d.threshold = o.detect_threshold_pct / 100.0;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "ncclinsp/detail/platform.hpp"
+#include "ncclinsp/no_index.hpp"
 
 namespace ncclinsp {
 
@@ -64,7 +65,6 @@ constexpr bool proxy_wait_of(int nccl_state, proxy_wait& out) noexcept {
 class proxy_table {
  public:
   static constexpr std::uint32_t capacity = 128;  ///< (peer, direction) pairs per communicator
-  static constexpr std::uint32_t none = ~std::uint32_t{0};
 
   struct peer_totals {
     int peer = 0;
@@ -74,7 +74,7 @@ class proxy_table {
     std::uint64_t bytes = 0, steps = 0;
   };
 
-  /// The entry of (peer, direction), claimed on first use; `none` when the table is full.
+  /// The entry of (peer, direction), claimed on first use; no_index when the table is full.
   std::uint32_t entry(int peer, bool send) noexcept {
     const std::int64_t k = (static_cast<std::int64_t>(peer) << 1 | (send ? 1 : 0)) + 1;
     std::uint32_t i =
@@ -84,7 +84,7 @@ class proxy_table {
       if (cur == k) return i;
       if (cur == 0 && (e_[i].key.compare_exchange_strong(cur, k, std::memory_order_acq_rel) || cur == k)) return i;
     }
-    return none;
+    return no_index;
   }
 
   /// Adds `ns` spent in `w` to entry `i` (the communicator's proxy thread).

@@ -461,7 +461,7 @@ TEST_CASE("event timer: resolves on the exporter thread from event times, in ord
     gpu.done_until.clear();
     std::vector<fake_timer::token> toks;
     for (int i = 0; i < 5; ++i) toks.push_back(timer.start(h, stream, func::all_reduce, 1 << 20));
-    CHECK(toks[4].slot == fake_timer::no_slot);
+    CHECK(toks[4].slot == no_index);
     CHECK(timer.stats().pool_exhausted == 1);
     for (auto& t : toks) timer.stop(t, stream, make_op(func::all_reduce, 1 << 18, dtype::float32, 0, 0));
     REQUIRE(insp.flush());
@@ -492,7 +492,7 @@ TEST_CASE("event timer: events that cannot be created shrink the pool", "[embedd
   CHECK(timer.stats().cuda_errors == 2);
   auto a = timer.start(h, 1);
   auto b = timer.start(h, 1);
-  CHECK(a.slot != fake_timer::no_slot);
-  CHECK(b.slot == fake_timer::no_slot);
+  CHECK(a.slot != no_index);
+  CHECK(b.slot == no_index);
   timer.abort(a);
 }

@@ -131,9 +131,10 @@ void run_embedded(const std::string& dir) {
   id.node = "nodeT";
   id.slurm_job_id = "77";
   // The plugin's defaults (NCCLINSP_MAX_SERIES=20000 writes ncclinsp_series_overflow); the embedded sink has no cap unless given one.
-  inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir, .card = cardinality_from_options(options{})})),
-                  .interval = std::chrono::milliseconds(0),
-                  .identity = id});
+  inspector insp(
+      {.sinks = make_sinks(prom_textfile_sink({.dir = dir, .card = cardinality_from_options(env_options{})})),
+       .interval = std::chrono::milliseconds(0),
+       .identity = id});
   const comm_handle h = insp.add_comm(
       {.name = "tp", .hash = comm_hash, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = uuid_of(3)});
   std::uint64_t t = t0;

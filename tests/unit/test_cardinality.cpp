@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "format_fixture.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/format/prometheus_text.hpp"
-#include "ncclinsp/options.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 
 using namespace ncclinsp;
@@ -217,7 +217,7 @@ TEST_CASE("cardinality: NCCLINSP_* variables reach the sink's options", "[option
                                             {"NCCLINSP_MAX_SERIES", "5000"}};
   std::vector<std::string> warnings;
   auto get = [&](const char* k) -> const char* { return env.count(k) ? env[k].c_str() : nullptr; };
-  auto o = options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, get);
+  auto o = env_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, get);
   CHECK(warnings.empty());
   const auto c = cardinality_from_options(o);
   CHECK_FALSE(c.rank);
@@ -230,7 +230,7 @@ TEST_CASE("cardinality: NCCLINSP_* variables reach the sink's options", "[option
   CHECK_FALSE(o.compat_gauges);
   // Defaults: the full schema and a 20000-line safety cap; bad values are reported and ignored.
   env = {{"NCCLINSP_DROP_LABELS", "node"}, {"NCCLINSP_HISTOGRAM", "some"}};
-  o = options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, get);
+  o = env_options::from_env([&](log_level, std::string_view m) { warnings.emplace_back(m); }, get);
   CHECK(warnings.size() == 2);
   const auto d = cardinality_from_options(o);
   CHECK((d.rank && d.comm_hash && d.uuid && d.algo_proto));

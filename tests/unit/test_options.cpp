@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "ncclinsp/options.hpp"
+#include "ncclinsp/env_options.hpp"
 
 using namespace ncclinsp;
 
@@ -10,8 +10,8 @@ namespace {
 struct env {
   std::map<std::string, std::string> vars;
   std::vector<std::string> warnings;
-  options parse() {
-    return options::from_env(
+  env_options parse() {
+    return env_options::from_env(
         [this](log_level l, std::string_view m) {
           if (l == log_level::warn) warnings.emplace_back(m);
         },
@@ -99,7 +99,7 @@ TEST_CASE("garbage in any variable: one warning each, the default used", "[optio
                         "NCCLINSP_PROM_KEEP_FILES",
                         "NCCLINSP_JSON_MAX_BYTES",
                         "NCCLINSP_RECORD_BUFFER_MB"};
-  const options defaults = env{}.parse();
+  const env_options defaults = env{}.parse();
   for (const char* v : vars) {
     for (const char* garbage : {"banana", "12abc", "-", "\xff\xfe", "1e99999", "=,=,"}) {
       env e;

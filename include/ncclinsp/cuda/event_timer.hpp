@@ -41,6 +41,7 @@
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/no_index.hpp"
 
 #ifndef NCCLINSP_HAS_CUDA_RUNTIME
 #if defined(__has_include)
@@ -102,12 +103,13 @@ class basic_event_timer {
   using event_t = typename Api::event_t;
   using stream_t = typename Api::stream_t;
   using inflight = typename Inspector::inflight;
-  static constexpr std::uint32_t no_slot = detail::slot_bitmap::none;
+  /// The name of earlier versions of no_index here.
+  [[deprecated("use ncclinsp::no_index")]] static constexpr std::uint32_t no_slot = no_index;
 
   /// Handed from start() to stop()/abort() on the caller's thread. Plain data.
   struct token {
-    std::uint32_t slot = no_slot;
-    comm_handle comm = invalid_comm;
+    std::uint32_t slot = no_index;
+    comm_handle comm = no_index;
   };
 
   /// Creates the event pool on the current device and registers the resolver. Cold; events that
@@ -162,7 +164,7 @@ class basic_event_timer {
       return t;
     }
     const std::uint32_t idx = alloc();
-    if (idx == no_slot) NCCLINSP_UNLIKELY {
+    if (idx == no_index) NCCLINSP_UNLIKELY {
       pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
       insp_.note_dropped(comm, drop_reason::op_pool_full);
       return t;
@@ -184,9 +186,9 @@ class basic_event_timer {
   /// queues the op for resolution. `op` carries func/count/dtype/algo/seq...; its times are set
   /// from the events. Untimed tokens are ignored.
   void stop(token& t, stream_t stream, const op_record& op) noexcept {
-    if (t.slot == no_slot) return;
+    if (t.slot == no_index) return;
     slot& s = slots_[t.slot];
-    t.slot = no_slot;
+    t.slot = no_index;
     if (!api_.record(s.stop, stream)) NCCLINSP_UNLIKELY {
       cuda_errors_.fetch_add(1, std::memory_order_relaxed);
       insp_.cancel(s.inf);
@@ -201,11 +203,11 @@ class basic_event_timer {
 
   /// The NCCL call failed: forget the op.
   void abort(token& t) noexcept {
-    if (t.slot == no_slot) return;
+    if (t.slot == no_index) return;
     slot& s = slots_[t.slot];
     insp_.cancel(s.inf);
     free_slot(t.slot);
-    t.slot = no_slot;
+    t.slot = no_index;
   }
 
   /// Resolves every op whose stop event the GPU has passed, in enqueue order, into the inspector.
@@ -263,7 +265,7 @@ class basic_event_timer {
     bool ok = false;
     event_t start{}, stop{};
     std::uint64_t cpu_start_ns = 0, ticket = 0;
-    comm_handle comm = invalid_comm;
+    comm_handle comm = no_index;
     inflight inf{};
     op_record op{};
   };

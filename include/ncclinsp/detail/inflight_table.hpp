@@ -18,9 +18,6 @@ namespace ncclinsp::detail {
 template <class Slot>
 class inflight_table {
  public:
-  /// Returned by alloc() when every slot is taken.
-  static constexpr std::uint32_t none = slot_bitmap::none;
-
   explicit inflight_table(std::uint32_t size) : size_(size), slots_(new Slot[size]), free_(size) {}
 
   std::uint32_t size() const noexcept { return size_; }
@@ -29,7 +26,7 @@ class inflight_table {
   /// Index of a slot of this table.
   std::uint32_t index_of(const Slot& s) const noexcept { return static_cast<std::uint32_t>(&s - slots_.get()); }
 
-  /// A free slot (acquire: the previous holder's writes are visible), or `none`.
+  /// A free slot (acquire: the previous holder's writes are visible), or no_index.
   std::uint32_t alloc() noexcept { return free_.alloc(); }
 
   /// Frees a slot whose one remaining holder is the caller: the generation has one writer here,

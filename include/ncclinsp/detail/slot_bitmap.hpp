@@ -9,19 +9,18 @@
 #include <memory>
 
 #include "ncclinsp/detail/platform.hpp"
+#include "ncclinsp/no_index.hpp"
 
 namespace ncclinsp::detail {
 
 class slot_bitmap {
  public:
-  static constexpr std::uint32_t none = ~std::uint32_t{0};
-
   explicit slot_bitmap(std::uint32_t size)
       : size_(size), words_((size + 63) / 64), used_(new std::atomic<std::uint64_t>[words_]()) {}
 
   std::uint32_t size() const noexcept { return size_; }
 
-  /// A free index, or `none` when all are taken. acquire: see the previous holder's writes.
+  /// A free index, or no_index when all are taken. acquire: see the previous holder's writes.
   std::uint32_t alloc() noexcept {
     const std::uint32_t start = hint_.load(std::memory_order_relaxed);
     for (std::uint32_t k = 0; k < words_; ++k) {
@@ -37,7 +36,7 @@ class slot_bitmap {
         }
       }
     }
-    return none;
+    return no_index;
   }
 
   /// Takes `idx` out of the pool for good (cold: e.g. a slot whose resources could not be made).

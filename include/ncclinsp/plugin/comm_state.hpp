@@ -86,7 +86,4 @@ struct comm_state {
   detail::slot_bitmap step_free;
 };
 
-/// No op slot: the pool is full, or the op was filtered before it took one.
-inline constexpr std::uint32_t no_op = detail::slot_bitmap::none;
-
 }  // namespace ncclinsp::plugin

@@ -30,8 +30,9 @@
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/clock.hpp"
 #include "ncclinsp/detail/reader_gate.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/model.hpp"
-#include "ncclinsp/options.hpp"
+#include "ncclinsp/no_index.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/handle.hpp"
 
@@ -44,7 +45,7 @@ using detail::clock_ns;
 using detail::coarse_ns;
 inline std::uint64_t precise_ns() noexcept { return detail::steady_ns(); }
 
-/// The callbacks' state: what the events read (options, collector, communicator table, reader
+/// The callbacks' state: what the events read (env_options, collector, communicator table, reader
 /// gate). plugin_state (plugin_state.hpp) derives from it and fills it at init.
 class event_adapter {
  public:
@@ -172,7 +173,7 @@ class event_adapter {
     if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
   }
 
-  /// Takes a slot and fills the common fields; returns the slot index or no_op.
+  /// Takes a slot and fills the common fields; returns the slot index, or no_index (the pool is full, or the op was filtered).
   std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels,
                          bool ce) noexcept {
     op_record rec;
@@ -180,12 +181,12 @@ class event_adapter {
     set_size(rec, count, parse_dtype(dtype_name));
     if (rec.bytes_valid && rec.bytes < opts_.min_size_bytes) {
       col_->note_filtered(cs.handle, filter_reason::min_size);
-      return no_op;
+      return no_index;
     }
     const std::uint32_t idx = cs.ops.alloc();
-    if (idx == no_op) NCCLINSP_UNLIKELY {
+    if (idx == no_index) NCCLINSP_UNLIKELY {
       col_->note_dropped(cs.handle, drop_reason::op_pool_full);
-      return no_op;
+      return no_index;
     }
     op_slot& s = cs.ops[idx];
     rec.channels = static_cast<std::uint16_t>(channels);
@@ -226,7 +227,7 @@ class event_adapter {
     if (!cs) return abi::success;
     const func f = parse_func(d->coll.func);
     const std::uint32_t idx = begin_op(*cs, f, d->coll.count, d->coll.datatype, d->coll.nChannels, false);
-    if (idx == no_op) return abi::success;
+    if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
     r.seq = d->coll.seqNumber;
     cs->ops[idx].proxy_sampled = cs->proxy && r.seq % opts_.proxy_sample == 0;  // same ops on every rank
@@ -250,7 +251,7 @@ class event_adapter {
     if (!cs) return abi::success;
     const func f = parse_func(d->p2p.func);
     const std::uint32_t idx = begin_op(*cs, f, d->p2p.count, d->p2p.datatype, d->p2p.nChannels, false);
-    if (idx == no_op) return abi::success;
+    if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -267,7 +268,7 @@ class event_adapter {
     comm_state* cs = comm_from_context(context);
     if (!cs) return abi::success;
     const std::uint32_t idx = begin_op(*cs, parse_func(d->ceColl.func), d->ceColl.count, d->ceColl.datatype, 0, true);
-    if (idx == no_op) return abi::success;
+    if (idx == no_index) return abi::success;
     op_slot& s = cs->ops[idx];
     s.rec.seq = d->ceColl.seqNumber;
     s.rec.alg = algo::none;
@@ -342,7 +343,7 @@ class event_adapter {
     op_slot* s = find_op(k, cs);
     if (!s || !s->proxy_sampled || !cs->proxy) return abi::success;
     const std::uint32_t e = cs->proxy->entry(peer, send);
-    if (e == proxy_table::none) NCCLINSP_UNLIKELY {
+    if (e == no_index) NCCLINSP_UNLIKELY {
       col_->note_dropped(cs->handle, drop_reason::table_full);
       return abi::success;
     }
@@ -356,7 +357,7 @@ class event_adapter {
     comm_state* cs = live_comm(k.comm);
     if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy || k.slot >= proxy_table::capacity) return abi::success;
     const std::uint32_t idx = cs->step_free.alloc();
-    if (idx == detail::slot_bitmap::none) NCCLINSP_UNLIKELY {
+    if (idx == no_index) NCCLINSP_UNLIKELY {
       col_->note_dropped(cs->handle, drop_reason::table_full);
       return abi::success;
     }
@@ -446,7 +447,7 @@ class event_adapter {
       cs.ops.release(idx);
   }
 
-  options opts_;
+  env_options opts_;
   std::unique_ptr<collector<>> col_;
   std::unique_ptr<std::atomic<comm_state*>[]> comms_ = std::make_unique<std::atomic<comm_state*>[]>(max_plugin_comms);
   pid_t pid_ = 0;             // ours: ProxyOps with another pid are PXN ops of another process

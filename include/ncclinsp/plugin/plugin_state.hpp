@@ -1,7 +1,7 @@
 #pragma once
 /// The plugin's process state: one per process, created at the first init and never destroyed
 /// (NCCL threads may outlive static destructors; the library pins itself in memory), so a later
-/// communicator reuses it and counters continue. It owns the configuration (options from the
+/// communicator reuses it and counters continue. It owns the configuration (env_options from the
 /// environment), the collector, the exporter thread and the change detector, the communicator
 /// table the events read (event_adapter.hpp), NCCL's logger, and the process hooks: atexit (a
 /// bounded last export), pthread_atfork (inert in a forked child), dlopen pinning.
@@ -27,8 +27,8 @@
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detector.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
-#include "ncclinsp/options.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/plugin/event_adapter.hpp"
@@ -39,7 +39,7 @@
 
 namespace ncclinsp::plugin {
 
-/// Process-wide plugin state: options, collector, exporter, communicator table. Created at the
+/// Process-wide plugin state: env_options, collector, exporter, communicator table. Created at the
 /// first init and kept for the life of the process (the library pins itself in memory), so a
 /// later communicator reuses it and counters continue.
 class plugin_state : public event_adapter {
@@ -142,7 +142,7 @@ class plugin_state : public event_adapter {
     return abi::success;
   }
 
-  const options& opts() const noexcept { return opts_; }
+  const env_options& opts() const noexcept { return opts_; }
   collector<>* get_collector() noexcept { return col_.get(); }
   /// Forces an export now (tests, STATIC_PLUGIN users).
   bool flush() {
@@ -158,7 +158,7 @@ class plugin_state : public event_adapter {
   void configure(int abi_version) {
     configured_ = true;
     pin_library();
-    opts_ = options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
+    opts_ = env_options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
     pid_ = ::getpid();
     collector_options co;
     co.record_ring_capacity = record_ring_for(opts_);

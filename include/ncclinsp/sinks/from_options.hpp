@@ -1,5 +1,5 @@
 #pragma once
-/// The sinks an `options` (the NCCL_INSPECTOR_* / NCCLINSP_* environment) asks for, shared by the
+/// The sinks an `env_options` (the NCCL_INSPECTOR_* / NCCLINSP_* environment) asks for, shared by the
 /// plugin and the embedded inspector so both write the same files: the OTLP sink alone when
 /// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
 /// prom_textfile_sink and/or json_sink in the dump directory; trace_sink on request. Cold path.
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ncclinsp/detail/env.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/format/series.hpp"
-#include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
@@ -21,7 +21,7 @@
 namespace ncclinsp {
 
 /// Whether per-op callback detail (op_trace) is needed: verbose JSON, or the trace sink's channel tracks.
-inline bool traces_for(const options& o) {
+inline bool traces_for(const env_options& o) {
   return !o.otel && ((o.verbose && o.has_sink("json")) || o.has_sink("trace"));
 }
 
@@ -31,7 +31,7 @@ inline constexpr std::uint32_t max_traced_ring = 4096;
 /// Per-op records per recording thread the chosen sinks need (collector_options::record_ring_capacity):
 /// the coll + p2p ring sizes (16384 by default: 80 bytes each, 1.25 MiB), at most max_traced_ring
 /// with traces.
-inline std::uint32_t record_ring_for(const options& o) {
+inline std::uint32_t record_ring_for(const env_options& o) {
   if (o.otel || !(o.has_sink("json") || o.has_sink("trace"))) return 0;
   const std::uint64_t n = std::uint64_t{o.coll_ring_size} + (o.enable_p2p ? o.p2p_ring_size : 0);
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, traces_for(o) ? max_traced_ring : UINT32_MAX));
@@ -39,14 +39,14 @@ inline std::uint32_t record_ring_for(const options& o) {
 
 /// Per-op records a recording thread's ring may grow to (collector_options::record_ring_max):
 /// NCCLINSP_RECORD_BUFFER_MB of `bytes_per_record` each, never below record_ring_for().
-inline std::uint32_t record_ring_max_for(const options& o, std::size_t bytes_per_record) {
+inline std::uint32_t record_ring_max_for(const env_options& o, std::size_t bytes_per_record) {
   const std::uint64_t n = (o.record_buffer_mb << 20) / bytes_per_record;
   return static_cast<std::uint32_t>(
       std::min<std::uint64_t>(std::max<std::uint64_t>(n, record_ring_for(o)), UINT32_MAX / 2));
 }
 
 /// The cardinality controls of NCCLINSP_DROP_LABELS, _SIZE_BUCKET_BITS, _HISTOGRAM, _MAX_SERIES.
-inline format::cardinality cardinality_from_options(const options& o) {
+inline format::cardinality cardinality_from_options(const env_options& o) {
   format::cardinality c;
   for (const auto& l : o.drop_labels) {
     if (l == "rank") c.rank = false;
@@ -66,7 +66,7 @@ inline format::cardinality cardinality_from_options(const options& o) {
 /// make_otlp_http_sink (sinks/otlp_http_sink.hpp).
 using otlp_sink_factory = any_sink (*)(const log_fn&, const getenv_fn&, bool compat_gauges, const format::cardinality&);
 
-inline std::vector<any_sink> sinks_from_options(const options& o, const log_fn& log = {},
+inline std::vector<any_sink> sinks_from_options(const env_options& o, const log_fn& log = {},
                                                 const getenv_fn& get = process_env, otlp_sink_factory otlp = nullptr) {
   std::vector<any_sink> sinks;
   if (o.otel) {
