@@ -53,7 +53,7 @@ populated build_collector(int ncells) {
       collector_options{.identity = {.node = "bench", .hostname = "bench", .abi = "v7", .pid = 1}});
   constexpr std::array<std::pair<algo, proto>, 3> ap = {
       {{algo::ring, proto::simple}, {algo::tree, proto::ll}, {algo::ring, proto::ll128}}};
-  comm_handle h = invalid_comm;
+  comm_handle h = no_index;
   for (int k = 0; k < ncells; ++k) {
     const int c = k / 60, j = k % 60;
     if (j == 0)

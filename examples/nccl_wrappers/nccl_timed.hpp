@@ -30,7 +30,7 @@ using timer = ncclinsp::cuda::event_timer<ncclinsp::inspector>;
 /// An NCCL communicator with its inspector handle and its device's timer.
 struct comm {
   ncclComm_t nccl = nullptr;
-  ncclinsp::comm_handle handle = ncclinsp::invalid_comm;
+  ncclinsp::comm_handle handle = ncclinsp::no_index;
   timer* t = nullptr;
   std::array<std::uint64_t, ncclinsp::func_count> seq{};  ///< per-function sequence numbers (as NCCL's seqNumber)
 };

@@ -100,7 +100,7 @@ class collector {
   collector(const collector&) = delete;
   collector& operator=(const collector&) = delete;
 
-  /// Registers a communicator (cold). Returns invalid_comm when the table is full (counted).
+  /// Registers a communicator (cold). Returns no_index when the table is full (counted).
   comm_handle add_comm(comm_desc desc, inflight_probe probe = {}) noexcept {
     return comms_.add(std::move(desc), std::move(probe), opts_.proxy_accounting);
   }
@@ -183,7 +183,7 @@ class collector {
     snap.cells.clear();
     snap.records.clear();
     snap.traces.clear();
-    comm_index_.assign(Traits::max_comms, ~0u);
+    comm_index_.assign(Traits::max_comms, no_index);
     comms_.list(snap, comm_index_);
     for (auto& sp : shards_)
       if (shard* s = sp.load(std::memory_order_acquire); s && s->ring)
@@ -225,7 +225,7 @@ class collector {
     snap.comm_table_full = comms_.full();
 
     // Communicators: a retired one is exported (its final values) until its retention ends.
-    std::vector<std::uint32_t> comm_index(Traits::max_comms, ~0u);
+    std::vector<std::uint32_t> comm_index(Traits::max_comms, no_index);
     std::vector<std::uint8_t> comm_gen(Traits::max_comms, 0);
     std::vector<bool> keep_window(Traits::max_comms, false);  // window state still needed next time
     comms_.list_counts(snap, now_steady, retention_ns, comm_index, comm_gen, keep_window, gone_now);
@@ -240,7 +240,7 @@ class collector {
     }
     for (auto& [key, t] : totals) {
       const std::uint32_t h = cell_key::comm.get(key);
-      if (h >= Traits::max_comms || comm_index[h] == ~0u || cell_key::gen.get(key) != comm_gen[h]) continue;
+      if (h >= Traits::max_comms || comm_index[h] == no_index || cell_key::gen.get(key) != comm_gen[h]) continue;
       cell_snapshot cs;
       cell_key::decode(key, cs);
       cs.comm = comm_index[h];
@@ -304,7 +304,7 @@ class collector {
                      std::uint64_t max_records = UINT64_MAX) {
     s.ring.drain(max_records, [&](const detail::record_slot& r, const op_trace* trace) {
       if (r.comm >= Traits::max_comms) return true;
-      if (comm_index[r.comm] == ~0u) {
+      if (comm_index[r.comm] == no_index) {
         // Its communicator was added after this snapshot listed them (add_comm racing the
         // exporter): leave it, and what follows, for the next drain, which lists it. Skipping it
         // lost those records uncounted (test_reliability "JSON mode: N ops in ...", under ASan).

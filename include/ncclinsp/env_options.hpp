@@ -272,6 +272,6 @@ inline std::string env_options::describe() const {
 }
 
 /// The name of earlier versions.
-using options = env_options;
+using options [[deprecated("use ncclinsp::env_options")]] = env_options;
 
 }  // namespace ncclinsp

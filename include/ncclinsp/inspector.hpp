@@ -40,6 +40,7 @@
 #include "ncclinsp/inspector_options.hpp"
 #include "ncclinsp/log.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/no_index.hpp"
 #include "ncclinsp/sink.hpp"
 
 namespace ncclinsp {
@@ -51,12 +52,13 @@ class basic_inspector {
 
   /// Token of one in-flight op (begin -> end/cancel). Plain data; copy freely, use once.
   struct inflight {
-    comm_handle comm = invalid_comm;
-    std::uint32_t slot = no_slot;  ///< no_slot: not tracked (disabled, filtered, or pool full)
+    comm_handle comm = no_index;
+    std::uint32_t slot = no_index;  ///< no_index: not tracked (disabled, filtered, or pool full)
     std::uint32_t gen = 0;
     bool counted = false;  ///< started was counted, so end/cancel must complete it
   };
-  static constexpr std::uint32_t no_slot = detail::slot_bitmap::none;
+  /// The name of earlier versions of no_index here.
+  [[deprecated("use ncclinsp::no_index")]] static constexpr std::uint32_t no_slot = no_index;
 
   /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
@@ -98,10 +100,10 @@ class basic_inspector {
 
   // ---- communicators (cold) --------------------------------------------------------------------
 
-  /// Registers a communicator; returns its handle, or invalid_comm when the table is full (counted
+  /// Registers a communicator; returns its handle, or no_index when the table is full (counted
   /// as ncclinsp_dropped_events_total{reason="comm_table_full"}) or the inspector is disabled.
   comm_handle add_comm(comm_info c) {
-    if (!opts_.enabled) return invalid_comm;
+    if (!opts_.enabled) return no_index;
     if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
     const comm_handle h =
         col_.add_comm({.name = std::move(c.name),
@@ -115,7 +117,7 @@ class basic_inspector {
                         const comm_extra* e = x[slot].load(std::memory_order_acquire);
                         return e ? e->oldest() : std::uint64_t{0};
                       });
-    if (h == invalid_comm) return h;
+    if (h == no_index) return h;
     // A reused slot keeps its in-flight table (a late end() of the previous communicator may still
     // touch it), emptied; otherwise one is made. Tables live until the inspector is destroyed.
     if (comm_extra* e = extras_[h].load(std::memory_order_acquire))
@@ -159,7 +161,7 @@ class basic_inspector {
     col_.note_started(h);
     t.counted = true;
     t.slot = e->alloc();
-    if (t.slot == no_slot) NCCLINSP_UNLIKELY {
+    if (t.slot == no_index) NCCLINSP_UNLIKELY {
       col_.note_dropped(h, drop_reason::op_pool_full);  // still counted in flight, without an age
       return t;
     }
@@ -326,7 +328,7 @@ class basic_inspector {
 
   /// Frees the op's in-flight slot; false when it was already freed (the op must not count again).
   bool release(const inflight& t) noexcept {
-    if (t.slot == no_slot || t.comm >= Traits::max_comms) return true;  // untracked: nothing to check
+    if (t.slot == no_index || t.comm >= Traits::max_comms) return true;  // untracked: nothing to check
     comm_extra* e = extras_[t.comm].load(std::memory_order_acquire);
     return !e || t.slot >= e->size() || e->release_if(t.slot, t.gen);
   }

@@ -16,9 +16,9 @@
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detector.hpp"
+#include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/log.hpp"
-#include "ncclinsp/options.hpp"
 #include "ncclinsp/sink.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/snapshot.hpp"
@@ -75,7 +75,7 @@ struct inspector_options {
     return id;
   }
 
-  /// The plugin's configuration (options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
+  /// The plugin's configuration (env_options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
   /// an inspector: the same sinks in the same directory (prom_textfile_sink / json_sink), or the OTLP
   /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
   /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
@@ -83,9 +83,9 @@ struct inspector_options {
   /// without it NCCL_INSPECTOR_OTEL_EXPORT=1 is refused with a warning and nothing is exported.
   static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env,
                                     otlp_sink_factory otlp = nullptr) {
-    return from(options::from_env(log, get), log, get, otlp);
+    return from(env_options::from_env(log, get), log, get, otlp);
   }
-  static inspector_options from(const options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
+  static inspector_options from(const env_options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
                                 otlp_sink_factory otlp = nullptr) {
     inspector_options r;
     r.enabled = o.enable;

@@ -123,7 +123,7 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
                     .identity = id});
     const comm_handle h = insp.add_comm(
         {.name = "tp", .hash = 0x1234, .rank = 2, .nranks = 8, .nnodes = 1, .device = 1, .uuid = "GPU-abc"});
-    REQUIRE(h != invalid_comm);
+    REQUIRE(h != no_index);
     op_record op = make_op(func::all_reduce, 1 << 20, dtype::bfloat16, 1'000, 101'000);  // 2 MiB in 100 us
     op.alg = algo::ring;
     op.pro = proto::ll128;
@@ -156,7 +156,7 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
   auto a = insp.begin(h, func::all_reduce, 1 << 20);
   auto b = insp.begin(h, func::all_reduce, 1 << 20);
   auto c = insp.begin(h, func::all_reduce, 1 << 20);  // pool of 2: counted, no age, drop counted
-  CHECK(c.slot == inspector::no_slot);
+  CHECK(c.slot == no_index);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   REQUIRE(insp.flush());
   CHECK(sample(*cap.text, "ncclinsp_inflight_ops", {"comm_name=\"dp\""}) == 3);
@@ -214,7 +214,7 @@ TEST_CASE("inspector: more communicator lifetimes than slots reuse slots and in-
   for (int i = 0; i < lifetimes; ++i) {
     const comm_handle h = insp.add_comm(
         {.name = "life" + std::to_string(i), .hash = static_cast<std::uint64_t>(i), .nranks = 2, .uuid = "GPU-0"});
-    REQUIRE(h != invalid_comm);
+    REQUIRE(h != no_index);
     handles.insert(h);
     auto t = insp.begin(h, func::all_reduce, 1 << 20);
     if (i % 2) insp.end(t, make_op(func::all_reduce, 1 << 20, dtype::float32, 0, 10'000));  // else: abandoned
@@ -250,7 +250,7 @@ TEST_CASE("inspector: concurrent recording threads, disabled inspector, from_env
 
   inspector off({.sinks = make_sinks(cap.sink()), .enabled = false});
   CHECK(!off.enabled());
-  CHECK(off.add_comm({.name = "y"}) == invalid_comm);
+  CHECK(off.add_comm({.name = "y"}) == no_index);
   off.record(0, make_op(func::all_reduce, 1, dtype::float32, 0, 1));  // ignored, no crash
   CHECK(!off.flush());
 

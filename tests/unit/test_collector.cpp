@@ -43,7 +43,7 @@ cell_stats sum_cells(const snapshot& s, func f) {
 TEST_CASE("record accumulates counters, histogram and window", "[collector]") {
   collector<> col;
   const auto h = col.add_comm(desc("tp"));
-  REQUIRE(h != invalid_comm);
+  REQUIRE(h != no_index);
   col.record(h, make_op(func::all_reduce, 4 << 20, 500'000, 7));
   col.record(h, make_op(func::all_reduce, 4 << 20, 250'000, 8));
   auto s1 = col.take_snapshot();
@@ -294,9 +294,9 @@ struct few_comms : default_traits {
 TEST_CASE("the comm table is bounded and overflow is counted", "[collector]") {
   using few = few_comms;
   collector<few> col;
-  for (int i = 0; i < 3; ++i) CHECK(col.add_comm(desc("c")) != invalid_comm);
+  for (int i = 0; i < 3; ++i) CHECK(col.add_comm(desc("c")) != no_index);
   const auto h = col.add_comm(desc("c"));
-  CHECK(h == invalid_comm);
+  CHECK(h == no_index);
   col.record(h, make_op(func::all_reduce, 1 << 20, 1000));  // ignored, counted
   CHECK(col.take_snapshot().comm_table_full == 2);
 }
@@ -311,7 +311,7 @@ TEST_CASE("finalized communicators free their slot and their cells", "[collector
   collector<small_traits> col({.retired_retention = std::chrono::milliseconds(0)});
   for (int life = 0; life < 200; ++life) {
     const auto h = col.add_comm(desc("life"));
-    REQUIRE(h != invalid_comm);
+    REQUIRE(h != no_index);
     col.record(h, make_op(func::all_reduce, 1 << 20, 1000));
     col.record(h, make_op(func::all_gather, 1 << 20, 1000));
     col.retire_comm(h, 0);
@@ -399,7 +399,7 @@ TEST_CASE("a full table takes over the slot of the longest-retired communicator"
   CHECK(s.comm_table_full == 0);
   const auto e = col.add_comm(desc("e"));  // a is the only retired one left
   CHECK(e == a);
-  CHECK(col.add_comm(desc("f")) == invalid_comm);  // none retired: counted
+  CHECK(col.add_comm(desc("f")) == no_index);  // none retired: counted
   CHECK(col.take_snapshot().comm_table_full == 1);
 }
 

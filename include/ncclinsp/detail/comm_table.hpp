@@ -25,14 +25,16 @@
 #include "ncclinsp/detail/clock.hpp"
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/no_index.hpp"
 #include "ncclinsp/proxy_stats.hpp"
 #include "ncclinsp/snapshot.hpp"
 
 namespace ncclinsp {
 
-/// Handle of a registered communicator; cheap to copy.
+/// Handle of a registered communicator; cheap to copy. no_index: none (the table was full).
 using comm_handle = std::uint32_t;
-inline constexpr comm_handle invalid_comm = ~comm_handle{0};
+/// The name of earlier versions of no_index for communicator handles.
+[[deprecated("use ncclinsp::no_index")]] inline constexpr comm_handle invalid_comm = no_index;
 
 }  // namespace ncclinsp
 
@@ -94,20 +96,20 @@ class comm_table {
   comm_slot& operator[](comm_handle h) noexcept { return slots_[h]; }
   const comm_slot& operator[](comm_handle h) const noexcept { return slots_[h]; }
 
-  /// Registers a communicator (cold). Returns invalid_comm when the table is full (counted).
+  /// Registers a communicator (cold). Returns no_index when the table is full (counted).
   comm_handle add(comm_desc desc, inflight_probe probe, bool proxy_accounting) noexcept {
     std::lock_guard lk(mu_);
-    comm_handle h = invalid_comm;
+    comm_handle h = no_index;
     if (!free_.empty()) {  // oldest freed first: stale cells of a slot get time to be reclaimed
       h = free_.front();
       free_.erase(free_.begin());
     } else if (n_ < MaxComms) {
       h = n_++;
-    } else if ((h = oldest_retired()) != invalid_comm) {
+    } else if ((h = oldest_retired()) != no_index) {
       // Table full: the longest-retired communicator stops being exported early.
     } else {
       count_full();
-      return invalid_comm;
+      return no_index;
     }
     comm_slot& c = slots_[h];
     try {
@@ -116,7 +118,7 @@ class comm_table {
     } catch (...) {
       free_.push_back(h);  // capacity reserved in the constructor: never reallocates
       count_full();
-      return invalid_comm;
+      return no_index;
     }
     c.reset_counters();
     if (proxy_accounting) {
@@ -271,15 +273,15 @@ class comm_table {
   }
 
  private:
-  /// The communicator retired longest ago, marked gone so its slot can be taken over; invalid_comm
+  /// The communicator retired longest ago, marked gone so its slot can be taken over; no_index
   /// when none is retired. Caller holds mu_.
   comm_handle oldest_retired() noexcept {
-    comm_handle best = invalid_comm;
+    comm_handle best = no_index;
     for (std::uint32_t i = 0; i < n_; ++i)
       if (state_of(slots_[i].state_gen.load(std::memory_order_relaxed)) == comm_retired &&
-          (best == invalid_comm || slots_[i].retired_steady < slots_[best].retired_steady))
+          (best == no_index || slots_[i].retired_steady < slots_[best].retired_steady))
         best = i;
-    if (best == invalid_comm) return best;
+    if (best == no_index) return best;
     comm_slot& c = slots_[best];
     c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_gone), std::memory_order_release);
     decltype(comm_snapshot::dropped) dropped{};

@@ -1,5 +1,5 @@
 #pragma once
-/// Reading the environment, for every configuration struct (options, otlp_http_options,
+/// Reading the environment, for every configuration struct (env_options, otlp_http_options,
 /// inspector_options): the getter type and the process getter, typed parsers that report a bad
 /// value once through the logger and keep the default, comma-list splitting and ASCII case
 /// folding. Cold path; reentrant.

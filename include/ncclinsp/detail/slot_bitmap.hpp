@@ -15,8 +15,6 @@ namespace ncclinsp::detail {
 
 class slot_bitmap {
  public:
-  static constexpr std::uint32_t none = no_index;  // until inspector.hpp says no_index
-
   explicit slot_bitmap(std::uint32_t size)
       : size_(size), words_((size + 63) / 64), used_(new std::atomic<std::uint64_t>[words_]()) {}
 

@@ -74,7 +74,7 @@ struct comm_state {
         step_count(proxy_steps),
         steps(proxy_steps ? new proxy_step_slot[proxy_steps] : nullptr),
         step_free(proxy_steps) {}
-  comm_handle handle = invalid_comm;
+  comm_handle handle = no_index;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
   detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the last reference

@@ -78,7 +78,7 @@ class plugin_state : public event_adapter {
                                             .device = dev.ordinal,
                                             .uuid = dev.uuid},
                                            [raw](comm_handle) { return raw->ops.oldest(); });
-      if (h == invalid_comm || h >= max_plugin_comms) {
+      if (h == no_index || h >= max_plugin_comms) {
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
                                  " in this process); running without ncclinsp for it");
         return abi::internal_error;
