@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   {
     ncclinsp::inspector_options o{.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = dir})),
                                   .interval = std::chrono::milliseconds(100)};
-    o.identity.labels = {{"job", "example"}};
+    o.collector.identity.labels = {{"job", "example"}};
     ncclinsp::inspector insp(std::move(o));
     const auto tp = insp.add_comm(
         {.name = "tensor_parallel", .hash = 0x7701, .rank = 0, .nranks = 8, .nnodes = 1, .device = 0, .uuid = uuid});

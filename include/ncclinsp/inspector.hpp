@@ -34,6 +34,7 @@
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/comm_hash.hpp"
 #include "ncclinsp/detector.hpp"
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detail/inflight_table.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/exporter.hpp"
@@ -63,7 +64,10 @@ class basic_inspector {
   /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
   explicit basic_inspector(inspector_options o = {})
-      : opts_(std::move(o)), core_(std::make_shared<core>(opts_)), col_(core_->col), extras_(core_->extras.get()) {
+      : opts_(embedded(std::move(o))),
+        core_(std::make_shared<core>(opts_)),
+        col_(core_->col),
+        extras_(core_->extras.get()) {
     if (!opts_.enabled) return;
     // The exporter state owns a reference to the core (through `prepare`), so a thread detached by
     // a shutdown() that timed out finishes on live data after the inspector is gone.
@@ -104,7 +108,7 @@ class basic_inspector {
   /// as ncclinsp_dropped_events_total{reason="comm_table_full"}) or the inspector is disabled.
   comm_handle add_comm(comm_info c) {
     if (!opts_.enabled) return no_index;
-    if (c.uuid.empty()) c.uuid = "host-" + opts_.identity.node + "-pid" + std::to_string(::getpid());
+    if (c.uuid.empty()) c.uuid = "host-" + opts_.collector.identity.node + "-pid" + std::to_string(::getpid());
     const comm_handle h =
         col_.add_comm({.name = std::move(c.name),
                        .hash = c.hash,
@@ -128,7 +132,7 @@ class basic_inspector {
   }
 
   /// The communicator was destroyed: its final values stay in the exports for
-  /// inspector_options::retired_retention, then no more. Ops still in flight count as abandoned. Record/begin/end on it afterwards are ignored or land in its last export.
+  /// inspector_options::collector.retired_retention, then no more. Ops still in flight count as abandoned. Record/begin/end on it afterwards are ignored or land in its last export.
   void remove_comm(comm_handle h) noexcept {
     if (h >= Traits::max_comms) return;
     comm_extra* e = extras_[h].load(std::memory_order_acquire);
@@ -271,10 +275,7 @@ class basic_inspector {
   /// What the exporter thread uses, shared with it: it outlives the inspector when shutdown() timed out.
   struct core {
     explicit core(const inspector_options& o)
-        : col(collector_options{.record_ring_capacity = o.record_ring_capacity,
-                                .user_tag_label = o.user_tag_label,
-                                .identity = with_embedded_abi(o.identity),
-                                .retired_retention = o.retired_retention}),
+        : col(o.collector),
           extras(new std::atomic<comm_extra*>[Traits::max_comms]()),
           detector(o.detector),
           on_busbw_event(o.on_busbw_event),
@@ -311,10 +312,15 @@ class basic_inspector {
     source src;
   };
 
-  static process_identity with_embedded_abi(process_identity id) {
+  /// The identity every embedded export carries: abi "embedded", this pid, the host name where
+  /// node or hostname is empty (e.g. `.collector = {...}` given without an identity).
+  static inspector_options embedded(inspector_options o) {
+    process_identity& id = o.collector.identity;
     id.abi = "embedded";
     if (!id.pid) id.pid = static_cast<long>(::getpid());
-    return id;
+    if (id.node.empty()) id.node = detail::host_name();
+    if (id.hostname.empty()) id.hostname = detail::host_name();
+    return o;
   }
 
   bool accept(comm_handle h, const op_record& op) noexcept {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detector.hpp"
@@ -35,13 +36,13 @@ std::vector<any_sink> make_sinks(S&&... s) {
   return v;
 }
 
-/// Settings of an inspector. Designated initialisers: `{.sinks = ..., .interval = ...}`.
+/// Settings of an inspector. Designated initialisers: `{.sinks = ..., .interval = ...}`. Each setting
+/// lives in one struct: the collector's in `collector` (collector_options), the detector's in
+/// `detector`; `interval` and `log` are handed to the inspector's exporter (exporter_options).
 struct inspector_options {
   std::vector<any_sink> sinks{};
-  /// Time between exports; zero exports only at flush() and destruction (the exporter's default).
+  /// Time between exports; zero exports only at flush() and destruction (exporter_options::interval).
   std::chrono::milliseconds interval{default_export_interval};
-  /// node / slurm_job_id / user labels of every series (`abi` stays "embedded").
-  process_identity identity = default_identity();
   /// false: record/begin/end return at once and nothing is exported (NCCL_INSPECTOR_ENABLE=0).
   bool enabled = true;
   /// Ops smaller than this are counted as filtered (reason min_size), not measured.
@@ -50,19 +51,17 @@ struct inspector_options {
   bool enable_p2p = true;
   /// In-flight ops tracked per communicator for the hang signal (begin/end); beyond it, counted.
   std::uint32_t inflight_pool = 256;
-  /// Per-op records per recording thread, for the JSON-lines sink (0 = off).
-  std::uint32_t record_ring_capacity = 0;
-  /// v7-style user tags (op_record::user_tag) become a bounded `user_tag` label.
-  bool user_tag_label = false;
-  /// A removed communicator's final values stay in the exports this long (collector_options).
-  std::chrono::milliseconds retired_retention{std::chrono::seconds(120)};
+  /// The collector's settings: identity (node / slurm_job_id / user labels of every series; `abi`
+  /// is always "embedded"; an empty node or hostname becomes the host name), per-op records
+  /// (record_ring_capacity, for the JSON-lines sink), user_tag_label, retired_retention.
+  collector_options collector{.identity = default_identity()};
   /// In-process bus-bandwidth change detection at every export (detector.hpp; enabled by default).
   detector_options detector{};
   /// Called on the exporter thread when a communicator/collective/size turns degraded or recovers
   /// (the same events reach sinks in snapshot::busbw_events). Should return quickly; an exception
   /// is caught and logged.
   std::function<void(const busbw_event&)> on_busbw_event{};
-  log_fn log{};
+  log_fn log{};  ///< the exporter's and the inspector's (exporter_options::log)
   /// The destructor's bound on the final export and the sinks' shutdown (see basic_inspector::shutdown).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
 
@@ -90,18 +89,18 @@ struct inspector_options {
     inspector_options r;
     r.enabled = o.enable;
     r.interval = o.export_interval();
-    r.identity.node = o.node_name;
-    r.identity.slurm_job_id = o.slurm_job_id;
-    r.identity.labels = o.labels;
+    r.collector.identity.node = o.node_name;
+    r.collector.identity.slurm_job_id = o.slurm_job_id;
+    r.collector.identity.labels = o.labels;
     r.min_size_bytes = o.min_size_bytes;
     r.enable_p2p = o.enable_p2p;
     r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
-    r.user_tag_label = o.user_tag_label;
-    r.retired_retention = o.retain_finalized;
+    r.collector.user_tag_label = o.user_tag_label;
+    r.collector.retired_retention = o.retain_finalized;
     r.detector = detector_options_from(o);
     r.log = log;
     if (!o.enable) return r;
-    r.record_ring_capacity = record_ring_for(o);
+    r.collector.record_ring_capacity = record_ring_for(o);
     r.sinks = sinks_from_options(o, log, get, otlp);
     return r;
   }

@@ -120,7 +120,7 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
   {
     inspector insp({.sinks = make_sinks(prom_textfile_sink({.dir = dir})),
                     .interval = std::chrono::milliseconds(0),
-                    .identity = id});
+                    .collector = {.identity = id}});
     const comm_handle h = insp.add_comm(
         {.name = "tp", .hash = 0x1234, .rank = 2, .nranks = 8, .nnodes = 1, .device = 1, .uuid = "GPU-abc"});
     REQUIRE(h != no_index);
@@ -151,7 +151,7 @@ TEST_CASE("inspector: begin/end in-flight accounting gives the hang signal, canc
                   .interval = std::chrono::milliseconds(0),
                   .min_size_bytes = 1024,
                   .inflight_pool = 2,
-                  .retired_retention = std::chrono::milliseconds(0)});
+                  .collector = {.retired_retention = std::chrono::milliseconds(0)}});
   const comm_handle h = insp.add_comm({.name = "dp", .hash = 1, .nranks = 2, .device = 0, .uuid = "GPU-0"});
   auto a = insp.begin(h, func::all_reduce, 1 << 20);
   auto b = insp.begin(h, func::all_reduce, 1 << 20);
@@ -270,9 +270,9 @@ TEST_CASE("inspector: concurrent recording threads, disabled inspector, from_env
   CHECK(o.interval == std::chrono::milliseconds(2000));
   REQUIRE(o.sinks.size() == 1);
   CHECK(o.sinks[0].name() == "prometheus-textfile");
-  CHECK(o.identity.node == "nn");
-  CHECK(o.identity.slurm_job_id == "3");
-  CHECK(o.identity.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "c1"}});
+  CHECK(o.collector.identity.node == "nn");
+  CHECK(o.collector.identity.slurm_job_id == "3");
+  CHECK(o.collector.identity.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "c1"}});
   CHECK(o.min_size_bytes == 0);
   env.erase("NCCL_INSPECTOR_ENABLE");
   auto o2 = inspector_options::from_env({}, [&](const char* k) -> const char* {

@@ -134,7 +134,7 @@ void run_embedded(const std::string& dir) {
   inspector insp(
       {.sinks = make_sinks(prom_textfile_sink({.dir = dir, .card = cardinality_from_options(env_options{})})),
        .interval = std::chrono::milliseconds(0),
-       .identity = id});
+       .collector = {.identity = id}});
   const comm_handle h = insp.add_comm(
       {.name = "tp", .hash = comm_hash, .rank = 1, .nranks = 4, .nnodes = 2, .device = 3, .uuid = uuid_of(3)});
   std::uint64_t t = t0;

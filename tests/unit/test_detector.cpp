@@ -273,7 +273,7 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
   std::string last_text;
   inspector_options o;
   o.interval = std::chrono::milliseconds(0);  // one window per flush()
-  o.identity.node = "n1";
+  o.collector.identity.node = "n1";
   o.on_busbw_event = [&](const busbw_event& e) {
     std::lock_guard lk(mu);
     events.push_back(e);
