@@ -5,6 +5,8 @@
 /// Plain C-layout structs in a C++ namespace: no NCCL header is needed to build the plugin or the
 /// simulator, and every size and offset NCCL relies on is checked at compile time (x86-64 LP64).
 /// Thread-safety: types only.
+/// Over 350 lines on purpose: the versions' structs share members and are read side by side, with
+/// their size and offset checks, so what changed from one version to the next reads in one place.
 
 #include <cstddef>
 #include <cstdint>
