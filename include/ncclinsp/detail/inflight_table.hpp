@@ -62,6 +62,16 @@ class inflight_table {
     for (std::uint32_t i = 0; i < size_; ++i) n += slots_[i].started_at.load(std::memory_order_relaxed) != 0;
     return n;
   }
+  /// Frees every slot and moves each to its next generation, so that no handle given out before
+  /// names a slot afterwards, even one whose op was completed but not yet released (cold: the
+  /// table is reused for a new communicator and no holder is left).
+  void recycle() noexcept {
+    for (std::uint32_t i = 0; i < size_; ++i) {
+      slots_[i].started_at.store(0, std::memory_order_relaxed);
+      slots_[i].gen.store(slots_[i].gen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      free_.release(i);
+    }
+  }
   /// Frees every slot still in flight (cold: the table goes to a new communicator).
   void reset() noexcept {
     for (std::uint32_t i = 0; i < size_; ++i)

@@ -42,6 +42,11 @@ class reader_gate {
       : expedited_(::syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0),
         marks_(new (std::nothrow) mark[max_thread_slots + 1]) {}
 
+  /// Whether quiesce() uses membarrier: then a reader that marks elsewhere (a location the
+  /// reclaimer scans after quiesce) may mark with a plain store and a compiler fence; without it,
+  /// with a seq_cst exchange.
+  bool expedited() const noexcept { return expedited_; }
+
   /// Whether construction got its marks (if not, enter() is inert and quiesce() always fails).
   bool ok() const noexcept { return marks_ != nullptr; }
 

@@ -26,6 +26,7 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
   std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
   std::atomic<std::uint32_t> ch_stopped{0};  // channels stopped; one writer (the op's channel thread)
+  std::atomic<std::uint32_t> ch_inside{0};   // odd while a KernelCh event is inside (event_adapter::channel_hold)
   std::atomic<std::uint64_t> started_at{0};  // coarse CPU ns at enqueue, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
@@ -84,6 +85,17 @@ struct comm_state {
   std::uint32_t step_count;
   std::unique_ptr<proxy_step_slot[]> steps;
   detail::slot_bitmap step_free;
+
+  /// Ready for a new communicator (cold, no event inside): every op and step slot free and in its
+  /// next generation, so no handle of the previous communicator names one of them.
+  void recycle() noexcept {
+    ops.recycle();
+    for (std::uint32_t i = 0; i < step_count; ++i) {
+      steps[i].gen.store(steps[i].gen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      step_free.release(i);
+    }
+    p2p_seq.store(0, std::memory_order_relaxed);
+  }
 };
 
 }  // namespace ncclinsp::plugin

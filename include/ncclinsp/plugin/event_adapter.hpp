@@ -8,8 +8,10 @@
 ///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
 ///    max-of-channels); channels are keyed by their real id, which need not start at 0.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads.
-///  - Every event that looks up a communicator runs inside a reader_gate section, so that finalize
-///    (plugin_state.hpp) frees a communicator's state only once no event can still hold it.
+///  - Every event that looks up a communicator is seen by finalize (plugin_state.hpp), which
+///    retires a communicator only once no event is still inside its state: KernelCh events mark
+///    their op slot (channel_hold: no TLS read per channel callback), the others run inside a
+///    reader_gate section. A communicator's state is never freed, only reused (type-stable).
 /// Hot path (Coll, P2p, KernelCh): no lock, no allocation, a few relaxed atomics on the op's own
 /// slot. Events of the types we do not follow return before the reader section.
 /// Proxy accounting (NCCLINSP_PROXY=1, off by default): for 1 op in NCCLINSP_PROXY_SAMPLE (by
@@ -65,9 +67,9 @@ class event_adapter {
     if (!(type &
           (abi::ev_kernel_ch | abi::ev_coll | abi::ev_p2p | abi::ev_proxy_step | abi::ev_proxy_op | abi::ev_ce_coll)))
       return abi::success;
-    const auto in = gate_.enter();
     if (type == abi::ev_kernel_ch)
       return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    const auto in = gate_.enter();
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
     if (type == abi::ev_proxy_step) return start_step(handle, d->parentObj);
@@ -84,8 +86,8 @@ class event_adapter {
   result_t stop_event(void* handle) noexcept {
     const decoded k = decode(handle);
     if (k.kind == handle_kind::none) return abi::success;
-    const auto in = gate_.enter();
     if (k.kind == handle_kind::channel) return stop_channel(k);
+    const auto in = gate_.enter();
     if (k.kind == handle_kind::group)
       return (k.channel & aux_kind_mask) == aux_proxy_step ? stop_step(k) : abi::success;
     if (k.kind != handle_kind::op) return abi::success;
@@ -115,10 +117,10 @@ class event_adapter {
     }
     const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
-    const auto in = gate_.enter();
-    comm_state* cs = nullptr;
-    op_slot* s = find_op(k, cs);
+    const channel_hold in(*this, k);
+    op_slot* s = in.op();
     if (!s) return abi::success;
+    comm_state* cs = in.comm();
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
     if (t)
       relaxed_max(s->gpu_hi, t);
@@ -156,6 +158,61 @@ class event_adapter {
     comm_state* cs = live_comm(k.comm);
     return cs && handle_gen(cs->gen) == k.gen ? cs : nullptr;
   }
+
+  /// A KernelCh event's hold on the op its handle names, without the reader gate (no TLS read per
+  /// channel callback): the mark is the op slot's own ch_inside, which finalize scans after its
+  /// quiesce (plugin_state::finalize), as it scans the threads' gate marks.
+  /// Why a stale pointer is safe: comm_state memory is type-stable. finalize never frees a
+  /// communicator's state; it parks it for the next init (plugin_state::spare_), which recycles
+  /// it, moving every op slot to its next generation. So `cs` loaded here always points to a
+  /// comm_state (maybe finalized, maybe another communicator's by now), and bounds come from its
+  /// own constant table size. ABA: the communicator index in a handle may name a reused
+  /// comm_state, even the same object again; what decides is the op slot's generation, which only
+  /// grows (completion and recycling both bump it, never reset), so a handle of an earlier op or an
+  /// earlier communicator never matches (up to the 22-bit wrap, as for any stale handle). Order:
+  /// mark, then re-read the published pointer and the generation. The reclaimer unpublishes, runs
+  /// membarrier (reader_gate::quiesce), then scans the marks: either it sees this mark and waits
+  /// for the release below, or this thread's re-read comes after the unpublish and fails. The
+  /// re-read of the pointer is seq_cst and pairs with init's release publication, so the second
+  /// generation load sees recycle()'s bump when the object was reused at the same index.
+  /// A stale handle is rejected by generation before it marks, so the mark keeps one writer: the
+  /// thread that delivers the live op's channel events (see relaxed_min below).
+  class channel_hold {
+   public:
+    NCCLINSP_INLINE channel_hold(const event_adapter& a, const decoded& k) noexcept {
+      comm_state* cs = k.comm < max_plugin_comms ? a.comms_[k.comm].load(std::memory_order_acquire) : nullptr;
+      if (!cs || k.slot >= cs->ops.size()) return;
+      op_slot& s = cs->ops[k.slot];
+      if (handle_gen(s.gen.load(std::memory_order_relaxed)) != k.gen) return;
+      const std::uint32_t m = s.ch_inside.load(std::memory_order_relaxed) + 1;  // odd: inside
+      if (a.gate_.expedited()) NCCLINSP_LIKELY {
+        s.ch_inside.store(m, std::memory_order_relaxed);  // ordered by finalize's membarrier
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+      } else {
+        s.ch_inside.exchange(m, std::memory_order_seq_cst);
+      }
+      if (a.comms_[k.comm].load(std::memory_order_seq_cst) != cs ||
+          handle_gen(s.gen.load(std::memory_order_acquire)) != k.gen) {
+        s.ch_inside.store(m + 1, std::memory_order_release);
+        return;
+      }
+      s_ = &s;
+      cs_ = cs;
+      mark_ = m;
+    }
+    ~channel_hold() {
+      if (s_) s_->ch_inside.store(mark_ + 1, std::memory_order_release);  // even: left
+    }
+    channel_hold(const channel_hold&) = delete;
+    channel_hold& operator=(const channel_hold&) = delete;
+    op_slot* op() const noexcept { return s_; }
+    comm_state* comm() const noexcept { return cs_; }
+
+   private:
+    op_slot* s_ = nullptr;
+    comm_state* cs_ = nullptr;
+    std::uint32_t mark_ = 0;
+  };
 
   // Threading assumption of the channel path (NCCL up to 2.30: KernelCh events come from the proxy
   // thread, profilerProxyProgress; since 2.31 KernelCh start/record/stop arrive on the
@@ -282,9 +339,10 @@ class event_adapter {
   result_t start_channel(void** handle, void* parent, std::uint8_t channel, std::uint64_t gpu_start) noexcept {
     const decoded k = decode(parent);
     if (k.kind != handle_kind::op) return abi::success;
-    comm_state* cs = nullptr;
-    op_slot* s = find_op(k, cs);
+    const channel_hold in(*this, k);
+    op_slot* s = in.op();
     if (!s) return abi::success;
+    comm_state* cs = in.comm();
     if (gpu_start)
       relaxed_min(s->gpu_lo, gpu_start);
     else {
@@ -306,10 +364,10 @@ class event_adapter {
   }
 
   result_t stop_channel(const decoded& k) noexcept {
-    comm_state* cs = nullptr;
-    op_slot* op = find_op(k, cs);
-    if (!op) return abi::success;
-    op_slot& s = *op;
+    const channel_hold in(*this, k);
+    if (!in.op()) return abi::success;
+    op_slot& s = *in.op();
+    comm_state* cs = in.comm();
     if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
     if (cs->traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs->traces[k.slot];

@@ -7,7 +7,8 @@
 /// bounded last export), pthread_atfork (inert in a forked child), dlopen pinning.
 /// Built into libnccl-profiler-ncclinsp.so by plugin/exports.cpp, or into an application for
 /// NCCL_PROFILER_PLUGIN=STATIC_PLUGIN. Thread-safety: init/finalize/flush under one mutex (cold);
-/// finalize waits (bounded) for events still inside a communicator's state (reader_gate::quiesce).
+/// finalize waits (bounded) for events still inside a communicator's state (reader_gate::quiesce and the op
+/// slots' KernelCh marks), then parks the state for the next init (never freed: type-stable).
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -21,6 +22,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
@@ -65,11 +68,25 @@ class plugin_state : public event_adapter {
         return abi::invalid_argument;
       }
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      auto cs = std::make_unique<comm_state>(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
-                                             opts_.proxy ? proxy_steps_per_comm : 0);
+      comm_state* cs = nullptr;
+      if (!spare_.empty()) {
+        cs = spare_.back();
+        spare_.pop_back();
+        cs->recycle();
+      } else {
+        // Same shape for every communicator: the options are fixed at the first init.
+        auto fresh =
+            std::make_unique<comm_state>(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
+                                         opts_.proxy ? proxy_steps_per_comm : 0);
+        if (spare_.capacity() <= made_) {  // room for every comm_state ever made: finalize parks without allocating
+          spare_.reserve(2 * made_ + 8);
+          limbo_.reserve(2 * made_ + 8);
+        }
+        ++made_;
+        cs = fresh.release();
+      }
       cs->nranks = nranks;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
-      comm_state* raw = cs.get();
       const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(),
                                             .hash = hash,
                                             .rank = rank,
@@ -77,8 +94,9 @@ class plugin_state : public event_adapter {
                                             .nnodes = nnodes,
                                             .device = dev.ordinal,
                                             .uuid = dev.uuid},
-                                           [raw](comm_handle) { return raw->ops.oldest(); });
+                                           [cs](comm_handle) { return cs->ops.oldest(); });
       if (h == no_index || h >= max_plugin_comms) {
+        spare_.push_back(cs);
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
                                  " in this process); running without ncclinsp for it");
         return abi::internal_error;
@@ -86,8 +104,8 @@ class plugin_state : public event_adapter {
       cs->handle = h;
       cs->gen = ++comm_gen_;
       cs->proxy = col_->proxy_of(h);
-      comms_[h].store(cs.release(), std::memory_order_release);
-      *context = as_handle(encode(handle_kind::op, comms_[h].load()->gen, h, context_slot));
+      comms_[h].store(cs, std::memory_order_release);
+      *context = as_handle(encode(handle_kind::op, cs->gen, h, context_slot));
       if (live_comms_++ == 0) start_exporter();
       if (mask) {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
@@ -115,14 +133,22 @@ class plugin_state : public event_adapter {
       // NCCL's proxy/profiler thread may still be inside an event that found cs: wait (bounded)
       // until it has left. Afterwards no event can touch cs, so the in-flight count is exact: those
       // ops never complete now (NCCL >= 2.31 purges them) and are counted as abandoned.
-      const bool quiet = gate_.quiesce(std::chrono::milliseconds(20));
+      // KernelCh events mark the op slot instead of the gate (event_adapter::channel_hold): after
+      // the gate's membarrier, wait for those too.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      const bool quiet = gate_.quiesce(std::chrono::milliseconds(20)) && channels_quiet(*cs, deadline);
       col_->retire_comm(cs->handle, cs->ops.inflight());
+      // Never freed (type-stable: a KernelCh event may still load the old pointer, see
+      // channel_hold): parked for the next init. At most max_plugin_comms are live, so the number
+      // ever made is bounded by the peak of live communicators (plus any stuck in limbo_).
       if (quiet) {
-        delete cs;
-        for (comm_state* old : limbo_) delete old;  // unpublished before this quiesce began
-        limbo_.clear();
+        spare_.push_back(cs);
+        const auto now = std::chrono::steady_clock::now();  // limbo_: unpublished before this quiesce began
+        for (comm_state*& old : limbo_)
+          if (channels_quiet(*old, now)) spare_.push_back(std::exchange(old, nullptr));
+        std::erase(limbo_, nullptr);
       } else {
-        limbo_.push_back(cs);  // a reader was preempted inside: freed by a later finalize
+        limbo_.push_back(cs);  // a reader was preempted inside: parked by a later finalize
       }
       if (--live_comms_ == 0 && exporter_) {
         auto ex = std::move(exporter_);
@@ -154,6 +180,21 @@ class plugin_state : public event_adapter {
  private:
   NCCLINSP_COLD static plugin_state* make() { return new plugin_state(); }  // out of line: get() stays small
   plugin_state() = default;
+
+  /// After an unpublish and the gate's quiesce: waits (until `deadline`) until no KernelCh event is
+  /// inside an op of `cs` (its mark was seen odd and has not changed since). True: none is.
+  static bool channels_quiet(const comm_state& cs, std::chrono::steady_clock::time_point deadline) noexcept {
+    for (std::uint32_t i = 0; i < cs.ops.size(); ++i) {
+      const std::atomic<std::uint32_t>& m = cs.ops[i].ch_inside;
+      const std::uint32_t seen = m.load(std::memory_order_seq_cst);
+      if (!(seen & 1)) continue;
+      while (m.load(std::memory_order_acquire) == seen) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::yield();
+      }
+    }
+    return true;
+  }
 
   void configure(int abi_version) {
     configured_ = true;
@@ -254,7 +295,9 @@ class plugin_state : public event_adapter {
   std::uint32_t comm_gen_ = 0;
   std::uint32_t live_comms_ = 0;
   std::atomic<bool> forked_child_{false};
-  std::vector<comm_state*> limbo_;  // finalized while a reader was still inside: freed later
+  std::uint32_t made_ = 0;          // comm_states ever made (spare_ and limbo_ have room for all)
+  std::vector<comm_state*> spare_;  // finalized communicators' state, for the next init (never freed)
+  std::vector<comm_state*> limbo_;  // finalized while a reader was still inside: parked later
   std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
 
