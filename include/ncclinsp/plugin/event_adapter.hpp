@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <type_traits>
 
 #include "ncclinsp/abi/nccl_profiler.hpp"
@@ -233,7 +234,7 @@ class event_adapter {
   /// Takes a slot and fills the common fields; returns the slot index, or no_index (the pool is full, or the op was filtered).
   std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels,
                          bool ce) noexcept {
-    op_record rec;
+    op_record rec;  // only its size fields are used before the slot is taken (registers, not a copy)
     rec.fn = f;
     set_size(rec, count, parse_dtype(dtype_name));
     if (rec.bytes_valid && rec.bytes < opts_.min_size_bytes) {
@@ -246,8 +247,15 @@ class event_adapter {
       return no_index;
     }
     op_slot& s = cs.ops[idx];
-    rec.channels = static_cast<std::uint16_t>(channels);
-    s.rec = rec;
+    // Constructed in place, then field by field: a whole-struct copy from the stack stalled on
+    // store forwarding (narrow stores read back as 16-byte loads), ~20% of begin_op in perf.
+    ::new (static_cast<void*>(&s.rec)) op_record();
+    s.rec.fn = f;
+    s.rec.count = rec.count;
+    s.rec.dt = rec.dt;
+    s.rec.bytes = rec.bytes;
+    s.rec.bytes_valid = rec.bytes_valid;
+    s.rec.channels = static_cast<std::uint16_t>(channels);
     s.expected_ch = channels;
     s.is_ce = ce;
     s.proxy_sampled = false;
