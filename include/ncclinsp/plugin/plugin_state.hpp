@@ -168,6 +168,13 @@ class plugin_state : public event_adapter {
     return abi::success;
   }
 
+  /// Only a private state (the fuzzer makes one per input) is ever destroyed, after its
+  /// communicators were finalized: the parked states go with it (limbo_ stays, as before: a
+  /// reader may still be inside one).
+  ~plugin_state() {
+    for (comm_state* cs : spare_) delete cs;
+  }
+
   const env_options& opts() const noexcept { return opts_; }
   collector<>* get_collector() noexcept { return col_.get(); }
   /// Forces an export now (tests, STATIC_PLUGIN users).
