@@ -78,7 +78,7 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
   cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_reliability
   stage "tsan: test"
-  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing)"
+  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
 fi
 stage "done"
 cd "$ROOT"

@@ -13,6 +13,8 @@
 /// exported with its final values for collector_options::retired_retention, then its slot and its
 /// cells are reused (cells lazily, by the thread that owns them).
 /// take_snapshot(), take_records(), discard_records(): one consumer thread at a time (the exporter).
+/// Several exporters of one collector (the plugin's lingering final export beside the exporter of a
+/// re-init) take turns through consumer_mutex().
 
 #include <algorithm>
 #include <array>
@@ -21,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <unordered_map>
 #include <vector>
@@ -159,6 +162,10 @@ class collector {
 
   /// Rung when a thread's record ring crosses its high-water mark (the exporter sleeps on it).
   detail::doorbell& doorbell() noexcept { return bell_; }
+
+  /// Held by an exporter around each take_snapshot / take_records / discard_records (and its
+  /// prepare step), never around sink writes: two exporters of one collector consume in turn.
+  std::mutex& consumer_mutex() noexcept { return consumer_mu_; }
 
   /// Whether any ring holds records (cheap; exporter thread).
   bool records_pending() const noexcept {
@@ -334,6 +341,7 @@ class collector {
   std::unordered_map<std::uint64_t, cell_stats> prev_;  // exporter only
   std::vector<std::uint32_t> comm_index_;               // exporter only (take_records)
   detail::doorbell bell_;
+  std::mutex consumer_mu_;  // see consumer_mutex()
 };
 
 }  // namespace ncclinsp

@@ -174,6 +174,20 @@ class exporter {
         return drain_batch;
     }
 
+    /// The collector's consumer lock, when it has one (collector::consumer_mutex): another exporter
+    /// of the same collector may be draining it (the plugin's lingering final export).
+    std::unique_lock<std::mutex> consume() {
+      if constexpr (requires { col.consumer_mutex(); })
+        return std::unique_lock<std::mutex>(col.consumer_mutex());
+      else
+        return {};
+    }
+
+    std::uint64_t discard_records() noexcept {
+      const auto turn = consume();
+      return col.discard_records(drop_reason::exit_deadline);
+    }
+
     /// After a change to the flags above (made under mu).
     void poke() {
       cv.notify_all();
@@ -187,10 +201,13 @@ class exporter {
         for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline();
              ++i) {
           try {
-            if constexpr (requires { col.take_records(part, drain_batch); })
-              col.take_records(part, batch());
-            else
-              col.take_records(part);
+            {
+              const auto turn = consume();
+              if constexpr (requires { col.take_records(part, drain_batch); })
+                col.take_records(part, batch());
+              else
+                col.take_records(part);
+            }
             for (auto& s : sinks)
               if (s.takes_records()) s.write_records(part);
           } catch (...) {
@@ -208,15 +225,17 @@ class exporter {
         drain_records(1 << 20);  // the backlog in batches, not in one snapshot
         if constexpr (requires { col.discard_records(drop_reason::exit_deadline); })
           if (final && col.records_pending() && std::chrono::steady_clock::now() >= records_deadline())
-            if (const std::uint64_t n = col.discard_records(drop_reason::exit_deadline))
+            if (const std::uint64_t n = discard_records())
               emit(
                   opts.log, log_level::warn,
                   "final export: " + std::to_string(n) +
                       " per-op records not written before the process exit, counted as dropped (reason exit_deadline)");
       }
       try {
+        auto turn = consume();
         auto snap = col.take_snapshot(final);
         if (opts.prepare) opts.prepare(snap);
+        if (turn.owns_lock()) turn.unlock();
         for (auto& s : sinks) s.write(snap);
       } catch (...) {
         emit(opts.log, log_level::warn, "export failed (out of memory?); retrying at the next interval");
