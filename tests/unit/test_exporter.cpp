@@ -244,8 +244,9 @@ TEST_CASE("two exporters of one collector take turns: every record reaches exact
   const auto s = col.take_snapshot();
   const std::uint64_t full = s.comms.at(0).dropped[static_cast<std::size_t>(drop_reason::record_ring_full)];
   INFO("a: " << seen_a.load() << " b: " << seen_b.load() << " ring full: " << full);
-  CHECK(seen_a.load() > 0);
-  CHECK(seen_b.load() > 0);
+  // How the records split between the two depends on scheduling (one may take them all); what
+  // must hold is that each was taken exactly once. The data race itself is TSan's to find (this
+  // case fails under TSan with the consumer lock removed).
   CHECK(seen_a.load() + seen_b.load() + s.records.size() + full == n);
   CHECK(total_ops(s) == n);
 }
