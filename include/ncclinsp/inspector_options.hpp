@@ -89,18 +89,13 @@ struct inspector_options {
     inspector_options r;
     r.enabled = o.enable;
     r.interval = o.export_interval();
-    r.collector.identity.node = o.node_name;
-    r.collector.identity.slurm_job_id = o.slurm_job_id;
-    r.collector.identity.labels = o.labels;
+    r.collector = collector_options_from(o, /*nccl_events=*/false, default_identity());
     r.min_size_bytes = o.min_size_bytes;
     r.enable_p2p = o.enable_p2p;
     r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
-    r.collector.user_tag_label = o.user_tag_label;
-    r.collector.retired_retention = o.retain_finalized;
     r.detector = detector_options_from(o);
     r.log = log;
     if (!o.enable) return r;
-    r.collector.record_ring_capacity = record_ring_for(o);
     r.sinks = sinks_from_options(o, log, get, otlp);
     return r;
   }

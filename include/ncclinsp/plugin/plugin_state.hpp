@@ -208,20 +208,10 @@ class plugin_state : public event_adapter {
     pin_library();
     opts_ = env_options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
     pid_ = ::getpid();
-    collector_options co;
-    co.record_ring_capacity = record_ring_for(opts_);
-    co.record_traces = traces_for(opts_);
-    co.record_ring_max =
-        co.record_ring_capacity ? record_ring_max_for(opts_, collector<>::bytes_per_record(co.record_traces)) : 0;
-    co.user_tag_label = opts_.user_tag_label;
-    co.retired_retention = opts_.retain_finalized;
-    co.proxy_accounting = opts_.proxy;
-    co.identity = {.node = opts_.node_name,
-                   .hostname = detail::host_name(),
-                   .slurm_job_id = opts_.slurm_job_id,
-                   .abi = "v" + std::to_string(abi_version),
-                   .labels = opts_.labels,
-                   .pid = static_cast<long>(::getpid())};
+    collector_options co = collector_options_from(opts_, /*nccl_events=*/true,
+                                                  {.hostname = detail::host_name(),
+                                                   .abi = "v" + std::to_string(abi_version),
+                                                   .pid = static_cast<long>(::getpid())});
     col_ = std::make_unique<collector<>>(std::move(co));
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded

@@ -1,6 +1,7 @@
 #pragma once
-/// The sinks an `env_options` (the NCCL_INSPECTOR_* / NCCLINSP_* environment) asks for, shared by the
-/// plugin and the embedded inspector so both write the same files: the OTLP sink alone when
+/// The sinks and the collector options an `env_options` (the NCCL_INSPECTOR_* / NCCLINSP_*
+/// environment) asks for, shared by the plugin and the embedded inspector so both read the
+/// environment the same way and write the same files. Sinks: the OTLP sink alone when
 /// NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in NVIDIA's Inspector), else
 /// prom_textfile_sink and/or json_sink in the dump directory; trace_sink on request. Cold path.
 /// The OTLP sink is opt-in (it brings sockets): the caller passes its factory,
@@ -8,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/format/series.hpp"
@@ -43,6 +46,28 @@ inline std::uint32_t record_ring_max_for(const env_options& o, std::size_t bytes
   const std::uint64_t n = (o.record_buffer_mb << 20) / bytes_per_record;
   return static_cast<std::uint32_t>(
       std::min<std::uint64_t>(std::max<std::uint64_t>(n, record_ring_for(o)), UINT32_MAX / 2));
+}
+
+/// The collector's options an env_options asks for: the per-op record ring the sinks need, the
+/// user-tag label, the retention of finalized communicators and the identity's node, SLURM job id
+/// and labels (`id` gives the rest). `nccl_events`: the caller delivers NCCL's own events (the
+/// plugin), so op traces (verbose JSON, trace sink) and proxy accounting (NCCLINSP_PROXY) have a
+/// source; the embedded mode has neither, and gets neither.
+inline collector_options collector_options_from(const env_options& o, bool nccl_events, process_identity id = {}) {
+  collector_options co;
+  co.identity = std::move(id);
+  co.identity.node = o.node_name;
+  co.identity.slurm_job_id = o.slurm_job_id;
+  co.identity.labels = o.labels;
+  co.user_tag_label = o.user_tag_label;
+  co.retired_retention = o.retain_finalized;
+  co.proxy_accounting = nccl_events && o.proxy;
+  if (!o.enable) return co;
+  co.record_traces = nccl_events && traces_for(o);
+  co.record_ring_capacity = record_ring_for(o);
+  if (co.record_ring_capacity)
+    co.record_ring_max = record_ring_max_for(o, collector<>::bytes_per_record(co.record_traces));
+  return co;
 }
 
 /// The cardinality controls of NCCLINSP_DROP_LABELS, _SIZE_BUCKET_BITS, _HISTOGRAM, _MAX_SERIES.
