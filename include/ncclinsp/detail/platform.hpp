@@ -12,7 +12,10 @@ inline constexpr std::size_t cache_line = 64;
 #if defined(__GNUC__)
 #define NCCLINSP_COLD [[gnu::cold, gnu::noinline]]
 #define NCCLINSP_INLINE [[gnu::always_inline]] inline
+/// Not inlined, so a hot caller's fast path keeps few registers (no spills for a branch that calls out).
+#define NCCLINSP_OUTLINE [[gnu::noinline]]
 #else
 #define NCCLINSP_COLD
 #define NCCLINSP_INLINE inline
+#define NCCLINSP_OUTLINE
 #endif

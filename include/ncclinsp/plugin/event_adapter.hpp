@@ -110,39 +110,24 @@ class event_adapter {
         tr.stop_sn.store(tr.next_sn(), std::memory_order_release);
       }
     }
-    if (s.expected_ch == 0) {
-      complete(*cs, s, /*enqueue_only=*/true);
-      cs->ops.release(k.slot);
-    }
+    if (s.expected_ch == 0) finish(*cs, s, k.slot, /*enqueue_only=*/true);
     return abi::success;
   }
 
   result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
-    if (state != abi::st_kernel_ch_stop) {
-      proxy_wait w;
-      if (!proxy_wait_of(state, w)) return abi::success;
-      const auto in = gate_.enter();
-      return record_step(handle, w, args);
-    }
+    if (state != abi::st_kernel_ch_stop) return record_proxy_state(handle, state, args);
     const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
     const channel_hold in(*this, k);
     op_slot* s = in.op();
     if (!s) return abi::success;
-    comm_state* cs = in.comm();
     const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
     if (t)
       relaxed_max(s->gpu_hi, t);
     else
       s->gpu_missing.store(true, std::memory_order_relaxed);
-    if (cs->traces) NCCLINSP_UNLIKELY {
-      traced_op& tr = cs->traces[k.slot];
-      if (channel_trace* c = tr.channel(k.channel)) {
-        c->record_sn = tr.next_sn();
-        c->record_cpu_ns = clock_ns(CLOCK_REALTIME);
-        c->gpu_stop_ns = t;
-      }
-    }
+    if (in.comm()->traces) NCCLINSP_UNLIKELY
+      trace_channel_record(*in.comm(), k, t);
     return abi::success;
   }
 
@@ -356,23 +341,12 @@ class event_adapter {
     const channel_hold in(*this, k);
     op_slot* s = in.op();
     if (!s) return abi::success;
-    comm_state* cs = in.comm();
     if (gpu_start)
       relaxed_min(s->gpu_lo, gpu_start);
-    else {
-      s->gpu_missing.store(true, std::memory_order_relaxed);
-      relaxed_min(s->cpu_lo, precise_ns());
-    }
-    if (cs->traces) NCCLINSP_UNLIKELY {
-      traced_op& tr = cs->traces[k.slot];
-      if (!tr.entry_of[channel] && tr.t.n_channels < max_traced_channels) {
-        tr.entry_of[channel] = static_cast<std::uint8_t>(tr.t.n_channels + 1);
-        tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME),
-                                            .gpu_start_ns = gpu_start,
-                                            .start_sn = tr.next_sn(),
-                                            .channel = channel};
-      }
-    }
+    else
+      note_cpu_start(*s);
+    if (in.comm()->traces) NCCLINSP_UNLIKELY
+      trace_channel_start(*in.comm(), k, channel, gpu_start);
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
     return abi::success;
   }
@@ -381,26 +355,55 @@ class event_adapter {
     const channel_hold in(*this, k);
     if (!in.op()) return abi::success;
     op_slot& s = *in.op();
-    comm_state* cs = in.comm();
-    if (s.gpu_missing.load(std::memory_order_relaxed)) relaxed_max(s.cpu_hi, precise_ns());
-    if (cs->traces) NCCLINSP_UNLIKELY {
-      traced_op& tr = cs->traces[k.slot];
-      if (channel_trace* c = tr.channel(k.channel)) {
-        c->stop_sn = tr.next_sn();
-        c->stop_cpu_ns = clock_ns(CLOCK_REALTIME);
-      }
-    }
+    if (s.gpu_missing.load(std::memory_order_relaxed)) note_cpu_stop(s);
+    if (in.comm()->traces) NCCLINSP_UNLIKELY
+      trace_channel_stop(*in.comm(), k);
     // Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so
     // the count is a plain load+store on the op's own line, not a locked RMW. The op completes
     // exactly once: only the stop that brings the count to expected_ch completes and frees it;
     // the enqueue side (Coll stop, another thread) frees only ops without channels (stop_event).
     const std::uint32_t stopped = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(stopped, std::memory_order_relaxed);
-    if (stopped == s.expected_ch) {
-      complete(*cs, s, false);
-      cs->ops.release(k.slot);
-    }
+    if (stopped == s.expected_ch) finish(*in.comm(), s, k.slot, /*enqueue_only=*/false);
     return abi::success;
+  }
+
+  // Out of line, so that the channel callbacks above stay short (no spills): what they do rarely.
+  // Each runs inside the caller's channel_hold.
+  NCCLINSP_OUTLINE static void note_cpu_start(op_slot& s) noexcept {  // no GPU timer: proxy CPU time
+    s.gpu_missing.store(true, std::memory_order_relaxed);
+    relaxed_min(s.cpu_lo, precise_ns());
+  }
+  NCCLINSP_OUTLINE static void note_cpu_stop(op_slot& s) noexcept { relaxed_max(s.cpu_hi, precise_ns()); }
+  NCCLINSP_OUTLINE void finish(comm_state& cs, op_slot& s, std::uint32_t slot, bool enqueue_only) noexcept {
+    complete(cs, s, enqueue_only);
+    cs.ops.release(slot);
+  }
+  NCCLINSP_COLD static void trace_channel_start(comm_state& cs, const decoded& k, std::uint8_t channel,
+                                                std::uint64_t gpu_start) noexcept {
+    traced_op& tr = cs.traces[k.slot];
+    if (!tr.entry_of[channel] && tr.t.n_channels < max_traced_channels) {
+      tr.entry_of[channel] = static_cast<std::uint8_t>(tr.t.n_channels + 1);
+      tr.t.channels[tr.t.n_channels++] = {.start_cpu_ns = clock_ns(CLOCK_REALTIME),
+                                          .gpu_start_ns = gpu_start,
+                                          .start_sn = tr.next_sn(),
+                                          .channel = channel};
+    }
+  }
+  NCCLINSP_COLD static void trace_channel_record(comm_state& cs, const decoded& k, std::uint64_t gpu_stop) noexcept {
+    traced_op& tr = cs.traces[k.slot];
+    if (channel_trace* c = tr.channel(k.channel)) {
+      c->record_sn = tr.next_sn();
+      c->record_cpu_ns = clock_ns(CLOCK_REALTIME);
+      c->gpu_stop_ns = gpu_stop;
+    }
+  }
+  NCCLINSP_COLD static void trace_channel_stop(comm_state& cs, const decoded& k) noexcept {
+    traced_op& tr = cs.traces[k.slot];
+    if (channel_trace* c = tr.channel(k.channel)) {
+      c->stop_sn = tr.next_sn();
+      c->stop_cpu_ns = clock_ns(CLOCK_REALTIME);
+    }
   }
 
   // ---- proxy accounting (proxy thread) ---------------------------------------------------------
@@ -450,6 +453,14 @@ class event_adapter {
     if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
     proxy_step_slot& st = cs->steps[k.slot];
     return handle_gen(st.gen.load(std::memory_order_acquire)) == k.gen ? &st : nullptr;
+  }
+
+  /// recordEventState for anything but KernelChStop: ProxyStep transitions, or ignored.
+  NCCLINSP_OUTLINE result_t record_proxy_state(void* handle, int state, const abi::state_args* args) noexcept {
+    proxy_wait w;
+    if (!proxy_wait_of(state, w)) return abi::success;
+    const auto in = gate_.enter();
+    return record_step(handle, w, args);
   }
 
   /// A transition: the time since the previous one goes to the previous state.
