@@ -24,11 +24,13 @@ inline constexpr std::uint32_t proxy_steps_per_comm = 1024;
 /// One in-flight op. Written by the enqueuing thread at start, by the completing thread after.
 struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
+  std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
   std::atomic<std::uint32_t> ch_stopped{0};  // channels stopped; one writer (the op's channel thread)
   std::atomic<std::uint32_t> ch_inside{0};   // odd while a KernelCh event is inside (event_adapter::channel_hold)
   std::atomic<std::uint64_t> started_at{0};  // coarse CPU ns at enqueue, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
+  std::atomic<bool> enq_stopped{false};  // the op's own stopEvent was seen (a second one is ignored)
   std::uint32_t expected_ch = 0;
   bool is_ce = false;
   bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
@@ -76,7 +78,7 @@ struct comm_state {
   comm_handle handle = no_index;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
-  detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the op's one completer
+  detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the last reference
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null
   std::atomic<std::uint64_t> p2p_seq{0};
   proxy_table* proxy = nullptr;  // owned by the collector; null without NCCLINSP_PROXY

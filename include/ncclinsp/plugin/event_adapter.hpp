@@ -96,21 +96,20 @@ class event_adapter {
     op_slot* op = find_op(k, cs);
     if (!op) return abi::success;  // stale or already released
     op_slot& s = *op;
-    // Who frees the slot: an op with channels is freed by its last channel stop (stop_channel),
-    // never here, so this stop writes nothing to the slot (traces aside) and takes no locked
-    // instruction; an op without channels (CE, nChannels 0) completes and is freed here, and the
-    // generation bump turns a second stop away. Coll start and stop come from one call on one
-    // thread (hostStreamPlanTask), which NCCL runs for one communicator at a time, and only that
-    // thread takes slots of this communicator (begin_op): a slot freed by the channel side
-    // meanwhile is not reused before this returns.
+    // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
+    // Why this stop holds a reference although an op with channels completes on the channel side:
+    // two threads may take slots of one communicator at once (a graph replay's CUDA host-callback
+    // thread, the user thread launching a CE collective), so a slot the channel side freed while
+    // this stop runs could be taken again before this stop has read it.
+    if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
+    s.enq_stopped.store(true, std::memory_order_relaxed);
     if (cs->traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs->traces[k.slot];
-      if (!tr.stop_sn.load(std::memory_order_relaxed)) {  // a second stop keeps the first one's time
-        tr.stop_cpu_ns.store(clock_ns(CLOCK_REALTIME), std::memory_order_relaxed);
-        tr.stop_sn.store(tr.next_sn(), std::memory_order_release);
-      }
+      tr.stop_cpu_ns.store(clock_ns(CLOCK_REALTIME), std::memory_order_relaxed);
+      tr.stop_sn.store(tr.next_sn(), std::memory_order_release);
     }
-    if (s.expected_ch == 0) finish(*cs, s, k.slot, /*enqueue_only=*/true);
+    if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
+    drop_ref(*cs, k.slot, s);
     return abi::success;
   }
 
@@ -258,6 +257,8 @@ class event_adapter {
     s.cpu_lo.store(0, std::memory_order_relaxed);
     s.cpu_hi.store(0, std::memory_order_relaxed);
     s.gpu_missing.store(false, std::memory_order_relaxed);
+    s.enq_stopped.store(false, std::memory_order_relaxed);
+    s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
     if (cs.traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs.traces[idx];
       tr.t.n_channels = 0;
@@ -360,11 +361,11 @@ class event_adapter {
       trace_channel_stop(*in.comm(), k);
     // Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so
     // the count is a plain load+store on the op's own line, not a locked RMW. The op completes
-    // exactly once: only the stop that brings the count to expected_ch completes and frees it;
-    // the enqueue side (Coll stop, another thread) frees only ops without channels (stop_event).
+    // exactly once: only the stop that brings the count to expected_ch completes it, and the
+    // enqueue side (Coll stop, another thread) never touches ch_stopped; the two sides meet in refs.
     const std::uint32_t stopped = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(stopped, std::memory_order_relaxed);
-    if (stopped == s.expected_ch) finish(*in.comm(), s, k.slot, /*enqueue_only=*/false);
+    if (stopped == s.expected_ch) finish(*in.comm(), s, k.slot);
     return abi::success;
   }
 
@@ -375,9 +376,9 @@ class event_adapter {
     relaxed_min(s.cpu_lo, precise_ns());
   }
   NCCLINSP_OUTLINE static void note_cpu_stop(op_slot& s) noexcept { relaxed_max(s.cpu_hi, precise_ns()); }
-  NCCLINSP_OUTLINE void finish(comm_state& cs, op_slot& s, std::uint32_t slot, bool enqueue_only) noexcept {
-    complete(cs, s, enqueue_only);
-    cs.ops.release(slot);
+  NCCLINSP_OUTLINE void finish(comm_state& cs, op_slot& s, std::uint32_t slot) noexcept {  // the last channel stopped
+    complete(cs, s, /*enqueue_only=*/false);
+    drop_ref(cs, slot, s);
   }
   NCCLINSP_COLD static void trace_channel_start(comm_state& cs, const decoded& k, std::uint8_t channel,
                                                 std::uint64_t gpu_start) noexcept {
@@ -520,6 +521,14 @@ class event_adapter {
     } else {
       col_->record(cs.handle, r);
     }
+  }
+
+  void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
+    // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
+    // decrement) means we hold the last reference: skip the locked RMW (the common case at
+    // completion, since Coll stop comes first). begin_op resets refs when the slot is reused.
+    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      cs.ops.release(idx);
   }
 
   env_options opts_;
