@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/model.hpp"
 
@@ -18,6 +20,30 @@ TEST_CASE("function and datatype names round-trip, unknown strings map to unknow
   CHECK(parse_proto("") == proto::none);  // symmetric kernels
   CHECK(parse_algo("NVLS_TREE") == algo::nvls_tree);
   CHECK(parse_algo("AGxLL_R") == algo::unknown);
+}
+
+TEST_CASE("every NCCL name parses from a copy, and no name one character off parses to it", "[model]") {
+  // parse_name compares by length, last character, then word-sized loads (model.hpp): check each
+  // name from its own buffer (not the table's pointer) and every one-character change, truncation
+  // and extension of it, for names of every length in the tables (2 to 14 characters).
+  const auto check = [](const auto& names, std::size_t end, auto parse) {
+    for (std::size_t i = 1; i < end; ++i) {
+      const std::string name(names[i]);
+      CHECK(static_cast<std::size_t>(parse(std::string(name).c_str())) == i);
+      for (std::size_t pos = 0; pos < name.size(); ++pos) {
+        std::string off = name;
+        off[pos] = static_cast<char>(off[pos] ^ 0x20);  // case flipped, or a digit turned into another byte
+        CHECK(static_cast<std::size_t>(parse(off.c_str())) != i);
+      }
+      CHECK(static_cast<std::size_t>(parse(name.substr(0, name.size() - 1).c_str())) != i);
+      CHECK(static_cast<std::size_t>(parse((name + "x").c_str())) != i);
+      CHECK(static_cast<std::size_t>(parse(("x" + name.substr(1)).c_str())) != i);
+    }
+  };
+  check(func_names, func_count, [](const char* s) { return parse_func(s); });
+  check(dtype_names, dtype_count, [](const char* s) { return parse_dtype(s); });
+  check(algo_names, static_cast<std::size_t>(algo::sym), [](const char* s) { return parse_algo(s); });
+  check(proto_names, static_cast<std::size_t>(proto::none), [](const char* s) { return parse_proto(s); });
 }
 
 TEST_CASE("set_size detects unknown sizes and overflow instead of wrapping", "[model]") {
