@@ -4,15 +4,15 @@
 # channel) and null_handles (a constant handle: every callback ncclinsp receives is made) with
 # random interleaving, several rounds, alternating two plugin builds when a second is given, and
 # prints the minimum and the median of every benchmark and the ratios.
-#   bench/compare_floor.sh <build-dir> [other-plugin.so] [rounds]     (default rounds: 6)
-# e.g. bench/compare_floor.sh build-bench /tmp/before/lib/libnccl-profiler-ncclinsp.so
+#   bench/compare_floor.sh <build-dir> [rounds] [other-plugin.so]     (default rounds: 6)
+# e.g. bench/compare_floor.sh build-bench 8 /tmp/before/lib/libnccl-profiler-ncclinsp.so
 set -euo pipefail
-build=${1:?usage: compare_floor.sh <build-dir> [other-plugin.so] [rounds]}
+build=${1:?usage: compare_floor.sh <build-dir> [rounds] [other-plugin.so]}
 bin="$build/bench/bench_plugin"
 [[ -x "$bin" ]] || { echo "compare_floor.sh: $bin not built" >&2; exit 1; }
 plugins=("$build/lib/libnccl-profiler-ncclinsp.so")
-[[ -n "${2:-}" ]] && plugins+=("$2")
-rounds=${3:-6}
+rounds=${2:-6}
+[[ -n "${3:-}" ]] && plugins+=("$3")
 out=$(mktemp -d /tmp/ncclinsp-floor.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 for r in $(seq 1 "$rounds"); do
