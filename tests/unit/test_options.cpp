@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ncclinsp/env_options.hpp"
+#include "ncclinsp/sinks/from_options.hpp"
 
 using namespace ncclinsp;
 
@@ -152,4 +153,52 @@ TEST_CASE("precedence between variable pairs, each pair with different values", 
   e.vars = {{"SLURM_JOBID", "11"}};
   CHECK(e.parse().slurm_job_id == "unknown");
   CHECK(e.warnings.empty());
+}
+
+TEST_CASE("collector_options_from: one mapping for the plugin and the embedded mode", "[options]") {
+  env e;
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"},
+            {"NCCLINSP_SINKS", "json"},
+            {"NCCL_INSPECTOR_DUMP_VERBOSE", "1"},
+            {"NCCLINSP_RECORD_BUFFER_MB", "256"},
+            {"NCCLINSP_PROXY", "1"},
+            {"NCCLINSP_USER_TAG_LABEL", "1"},
+            {"NCCLINSP_NODE_NAME", "nn"},
+            {"SLURM_JOB_ID", "3"},
+            {"NCCLINSP_LABELS", "cluster=c1"},
+            {"NCCLINSP_RETAIN_FINALIZED_S", "7"},
+            {"NCCL_INSPECTOR_DUMP_DIR", "/tmp/x"}};
+  const env_options o = e.parse();
+  REQUIRE(e.warnings.empty());
+
+  // The plugin delivers NCCL's events: traces (verbose JSON) and proxy accounting have a source.
+  const collector_options plugin = collector_options_from(o, true, {.hostname = "h", .abi = "v7", .pid = 5});
+  CHECK(plugin.record_traces);
+  CHECK(plugin.proxy_accounting);
+  CHECK(plugin.record_ring_capacity == record_ring_for(o));
+  CHECK(plugin.record_ring_capacity == max_traced_ring);  // verbose records carry a trace: capped
+  CHECK(plugin.record_ring_max == (std::uint64_t{256} << 20) / collector<>::bytes_per_record(true));
+  CHECK(plugin.user_tag_label);
+  CHECK(plugin.retired_retention == std::chrono::seconds(7));
+  CHECK(plugin.identity.node == "nn");
+  CHECK(plugin.identity.hostname == "h");
+  CHECK(plugin.identity.slurm_job_id == "3");
+  CHECK(plugin.identity.abi == "v7");
+  CHECK(plugin.identity.pid == 5);
+  CHECK(plugin.identity.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "c1"}});
+
+  // The embedded mode has neither; the record buffer limit means the same there.
+  const collector_options embedded = collector_options_from(o, false);
+  CHECK(!embedded.record_traces);
+  CHECK(!embedded.proxy_accounting);
+  CHECK(embedded.record_ring_capacity == plugin.record_ring_capacity);
+  CHECK(embedded.record_ring_max == (std::uint64_t{256} << 20) / collector<>::bytes_per_record(false));
+  CHECK(embedded.retired_retention == plugin.retired_retention);
+  CHECK(embedded.identity.node == "nn");
+
+  e.vars.erase("NCCL_INSPECTOR_ENABLE");
+  const collector_options off = collector_options_from(e.parse(), true);
+  CHECK(off.record_ring_capacity == 0);
+  CHECK(off.record_ring_max == 0);
+  CHECK(!off.record_traces);
 }
