@@ -37,10 +37,6 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
     "Scatter", "Send",      "Recv",      "SendRecv",      "PutSignal", "Signal", "WaitSignal"};
 
 namespace detail {
-/// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
-/// Hot (every Coll start parses four names): the last character is compared before the whole
-/// name, since names of one length mostly differ at the end (ncclFloat16 / ncclFloat32), so only
-/// the match costs a memcmp.
 /// a == b for two views of one length, without a library call for names up to 16 characters
 /// (two overlapping loads from each; every byte read lies inside both views).
 constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
@@ -61,6 +57,10 @@ constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
+/// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
+/// Hot (every Coll start parses four names): the last character is compared before the whole
+/// name, since names of one length mostly differ at the end (ncclFloat16 / ncclFloat32), so only
+/// the match is compared in full.
 template <class E, std::size_t N>
 constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s, std::size_t end = N) noexcept {
   for (std::size_t i = 1; i < end; ++i) {
