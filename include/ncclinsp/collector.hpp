@@ -160,7 +160,7 @@ class collector {
     }
   }
 
-  /// Rung when a thread's record ring crosses its high-water mark (the exporter sleeps on it).
+  /// Rung when a thread's record ring reaches its high-water mark or a multiple of it (the exporter sleeps on it).
   detail::doorbell& doorbell() noexcept { return bell_; }
 
   /// Held by an exporter around each take_snapshot / take_records / discard_records (and its
@@ -172,6 +172,14 @@ class collector {
     for (auto& sp : shards_) {
       const shard* s = sp.load(std::memory_order_acquire);
       if (s && s->ring && s->ring.pending()) return true;
+    }
+    return false;
+  }
+  /// Whether any ring holds records up to its high-water mark or more (cheap; exporter thread).
+  bool records_above_mark() const noexcept {
+    for (auto& sp : shards_) {
+      const shard* s = sp.load(std::memory_order_acquire);
+      if (s && s->ring && s->ring.above_mark()) return true;
     }
     return false;
   }

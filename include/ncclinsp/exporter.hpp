@@ -195,8 +195,11 @@ class exporter {
     }
     /// Records past a ring's high-water mark, to the sinks that take them (exporter thread), in
     /// batches of at most drain_batch records per ring (so the batch buffers stay bounded), until
-    /// the rings are nearly empty or `rounds` batches were written.
-    void drain_records(int rounds = 64) noexcept {
+    /// the rings are nearly empty or `rounds` batches were written. Returns whether records were
+    /// taken and a ring is at or above its mark again (the recording thread kept pushing): then
+    /// the caller drains once more instead of sleeping.
+    bool drain_records(int rounds = 64) noexcept {
+      bool took = false;
       if constexpr (has_doorbell) {
         for (int i = 0; i < rounds && col.records_pending() && std::chrono::steady_clock::now() < records_deadline();
              ++i) {
@@ -213,11 +216,14 @@ class exporter {
           } catch (...) {
             emit(opts.log, log_level::warn,
                  "draining per-op records failed (out of memory?); retrying at the next export");
-            return;
+            return false;
           }
-          if (part.records.size() < batch() / 2) return;  // caught up
+          took = took || !part.records.empty();
+          if (part.records.size() < batch() / 2) break;  // caught up
         }
+        if constexpr (requires { col.records_above_mark(); }) return took && col.records_above_mark();
       }
+      return took;
     }
 
     void export_once(bool final) noexcept {
@@ -265,8 +271,7 @@ class exporter {
             // Sleep on the collector's doorbell (flush/stop ring it too); every wake drains.
             const std::uint32_t seen = bell_value();
             lk.unlock();
-            drain_records();
-            sleep_on_bell(seen, periodic ? next : std::chrono::steady_clock::time_point::max());
+            if (!drain_records()) sleep_on_bell(seen, periodic ? next : std::chrono::steady_clock::time_point::max());
             lk.lock();
             continue;
           }

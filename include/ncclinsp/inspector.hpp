@@ -269,6 +269,7 @@ class basic_inspector {
     // Records drained between exports when a ring reaches its high-water mark (see exporter).
     auto& doorbell() noexcept { return self->col.doorbell(); }
     bool records_pending() const noexcept { return self->col.records_pending(); }
+    bool records_above_mark() const noexcept { return self->col.records_above_mark(); }
     void take_records(snapshot& s, std::uint64_t max_records = UINT64_MAX) { self->col.take_records(s, max_records); }
   };
 

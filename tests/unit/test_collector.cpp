@@ -179,7 +179,7 @@ TEST_CASE("per-op records reach the snapshot in order, ring overflow is counted"
   CHECK(s.records.size() + s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 20);
 }
 
-TEST_CASE("a record ring rings the doorbell once per crossing of its high-water mark, take_records drains it alone",
+TEST_CASE("a record ring rings the doorbell at its high-water mark and each multiple, take_records drains it alone",
           "[collector]") {
   collector<> col({.record_ring_capacity = 16});  // high-water mark: 4
   const auto h = col.add_comm(desc("hw"));
@@ -189,8 +189,11 @@ TEST_CASE("a record ring rings the doorbell once per crossing of its high-water 
   CHECK(col.records_pending());
   col.record(h, make_op(func::all_reduce, 1 << 20, 1000, 3));
   CHECK(col.doorbell().value() == bell0 + 1);
-  for (int i = 4; i < 12; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
-  CHECK(col.doorbell().value() == bell0 + 1);  // still above the mark: no second ring
+  for (int i = 4; i < 7; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  CHECK(col.doorbell().value() == bell0 + 1);  // between marks: no ring
+  for (int i = 7; i < 12; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, i));
+  CHECK(col.doorbell().value() == bell0 + 3);  // 8 and 12: one ring per mark's worth of records
+  CHECK(col.records_above_mark());
 
   snapshot part;
   col.take_records(part);
@@ -201,14 +204,39 @@ TEST_CASE("a record ring rings the doorbell once per crossing of its high-water 
   REQUIRE(part.records.size() == 12);
   for (int i = 0; i < 12; ++i) CHECK(part.records[i].op.seq == static_cast<std::uint64_t>(i));
   CHECK_FALSE(col.records_pending());
+  CHECK_FALSE(col.records_above_mark());
   for (int i = 0; i < 4; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, 12 + i));
-  CHECK(col.doorbell().value() == bell0 + 2);  // drained, so the next crossing rings again
+  CHECK(col.doorbell().value() == bell0 + 4);  // drained, so the next crossing rings again
 
   const auto s = col.take_snapshot();  // the rest, once; cells count every op
   CHECK(s.records.size() == 4);
   CHECK(s.records[0].op.seq == 12);
   CHECK(sum_cells(s, func::all_reduce).ops == 16);
   CHECK(s.comms[0].dropped[static_cast<std::size_t>(drop_reason::record_ring_full)] == 0);
+}
+
+TEST_CASE("a backlog a partial drain leaves above the high-water mark rings again within one mark's worth of records",
+          "[collector]") {
+  // The exporter drained part of a backlog while the recording thread kept pushing: the fill
+  // stepped down from 20 to 16, still at the mark. A ring only when the fill reaches the mark
+  // never came again (the exporter slept, the window filled, records were dropped).
+  collector<> col({.record_ring_capacity = 64});  // high-water mark: 16
+  const auto h = col.add_comm(desc("step"));
+  const std::uint32_t bell0 = col.doorbell().value();
+  std::uint64_t seq = 0;
+  for (int i = 0; i < 20; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));
+  CHECK(col.doorbell().value() == bell0 + 1);
+  snapshot part;
+  col.take_records(part, 4);
+  REQUIRE(part.records.size() == 4);
+  CHECK(col.records_above_mark());  // what the exporter checks before it sleeps
+  for (int i = 0; i < 15; ++i) col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // fill 17..31
+  CHECK(col.doorbell().value() == bell0 + 1);
+  col.record(h, make_op(func::all_reduce, 1 << 20, 1000, seq++));  // fill 32: twice the mark
+  CHECK(col.doorbell().value() == bell0 + 2);
+  col.take_records(part);
+  CHECK(part.records.size() == 32);
+  CHECK_FALSE(col.records_above_mark());
 }
 
 TEST_CASE(

@@ -7,8 +7,9 @@
 /// exporter published or reports the ring full. Cold (exporter): provision(), drain(), pending(),
 /// bytes(), and the destructor. head (written by the producer) and tail/limit (written by the
 /// exporter) sit on separate cache lines.
-/// When the ring fills to a quarter of its floor (its high-water mark) push() rings the doorbell
-/// once, so the exporter drains it long before it is full. With record_ring_max above
+/// When the ring fills to its high-water mark (a quarter of its floor, rounded down to a power of
+/// two) push() rings the doorbell, and again at each further multiple of the mark, so the exporter
+/// drains it long before it is full. With record_ring_max above
 /// record_ring_capacity the ring grows: its storage is chunks of up to 1,024 records (256 with
 /// traces) that only the exporter allocates and frees. The exporter keeps the writable window at
 /// about one second of the rate it measures (at least the floor, at most the whole ring) ahead of
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -87,7 +89,7 @@ struct record_ring {
     slots = g.slots;
     floor = g.floor;
     traced = trace;
-    ring_high = std::max<std::uint32_t>(1, g.floor / 4);
+    ring_high = std::bit_floor(std::max<std::uint32_t>(1, g.floor / 4));  // a power of two: a mask in push()
     ring_low = g.grows ? g.chunk : 0;
     ring.reset(new std::atomic<ring_chunk*>[g.slots]);
     spare.reserve(g.slots);
@@ -112,16 +114,25 @@ struct record_ring {
     if (with_trace) copy_trace(k.traces[at], *trace);
     k.rec[at] = record_slot{comm, op, with_trace};
     head.store(h + 1, std::memory_order_release);
-    // The fill level only rises one at a time (the exporter only lowers it), so it meets the mark
-    // exactly once per crossing: one ring per `ring_high` records at most. Likewise the window
-    // left only shrinks one at a time (the exporter only widens it).
-    if (used + 1 == ring_high || (ring_low && lim - h - 1 == ring_low)) NCCLINSP_UNLIKELY
+    // One ring per `ring_high` records at most: at the mark and at each multiple of it above. Not
+    // only at the mark: the exporter may drain part of a backlog while this thread keeps pushing,
+    // so the fill can step down from above the mark to a level still above it, and a ring only at
+    // the mark would leave that backlog, and what follows, to the next export: the window filled
+    // and records were dropped (test_exporter "records past a ring's high-water mark", 1 in ~5 CI
+    // runs under the sanitizers). The window left only shrinks one at a time (the exporter only
+    // widens it), so it meets ring_low exactly.
+    const std::uint64_t fill = used + 1;
+    if ((fill & (ring_high - 1)) == 0 || (ring_low && lim - h - 1 == ring_low)) NCCLINSP_UNLIKELY
       bell.ring();
     return true;
   }
 
   /// Whether records wait to be drained (exporter).
   bool pending() const noexcept { return head.load(std::memory_order_acquire) != tail.load(std::memory_order_relaxed); }
+  /// Whether the records waiting reach the high-water mark (exporter).
+  bool above_mark() const noexcept {
+    return head.load(std::memory_order_acquire) - tail.load(std::memory_order_relaxed) >= ring_high;
+  }
 
   /// Bytes of chunk storage allocated now, spares included (exporter thread or tests).
   std::uint64_t bytes() const noexcept { return std::uint64_t{allocated} * chunk_bytes(chunk, traced); }
@@ -219,7 +230,7 @@ struct record_ring {
   // and freed by the exporter only (and by the thread that makes the shard, before publishing it).
   std::unique_ptr<std::atomic<ring_chunk*>[]> ring;
   std::uint32_t chunk = 0, slots = 0, floor = 0;
-  std::uint32_t ring_high = 0;  // high-water mark: rings the doorbell when the ring fills to it
+  std::uint32_t ring_high = 1;  // high-water mark (a power of two): rings the doorbell at each multiple
   std::uint32_t ring_low = 0;   // growing rings: rings the doorbell when this much window is left
   bool traced = false;
   std::uint32_t allocated = 0;               // chunks allocated, spares included (exporter)
