@@ -118,9 +118,9 @@ struct record_ring {
     // only at the mark: the exporter may drain part of a backlog while this thread keeps pushing,
     // so the fill can step down from above the mark to a level still above it, and a ring only at
     // the mark would leave that backlog, and what follows, to the next export: the window filled
-    // and records were dropped (test_exporter "records past a ring's high-water mark", 1 in ~5 CI
-    // runs under the sanitizers). The window left only shrinks one at a time (the exporter only
-    // widens it), so it meets ring_low exactly.
+    // and records were dropped (seen in test_exporter "records past a ring's high-water mark"
+    // under the sanitizers). The window left only shrinks one at a time (the exporter only widens
+    // it), so it meets ring_low exactly.
     const std::uint64_t fill = used + 1;
     if ((fill & (ring_high - 1)) == 0 || (ring_low && lim - h - 1 == ring_low)) NCCLINSP_UNLIKELY
       bell.ring();
