@@ -169,19 +169,11 @@ class collector {
 
   /// Whether any ring holds records (cheap; exporter thread).
   bool records_pending() const noexcept {
-    for (auto& sp : shards_) {
-      const shard* s = sp.load(std::memory_order_acquire);
-      if (s && s->ring && s->ring.pending()) return true;
-    }
-    return false;
+    return any_ring([](const detail::record_ring& r) { return r.pending(); });
   }
   /// Whether any ring holds records up to its high-water mark or more (cheap; exporter thread).
   bool records_above_mark() const noexcept {
-    for (auto& sp : shards_) {
-      const shard* s = sp.load(std::memory_order_acquire);
-      if (s && s->ring && s->ring.above_mark()) return true;
-    }
-    return false;
+    return any_ring([](const detail::record_ring& r) { return r.above_mark(); });
   }
 
   /// Cold: a records-only snapshot (snapshot::records_only) in `snap`, whose vectors are reused
@@ -290,6 +282,14 @@ class collector {
   static_assert(detail::comm_gen_mask == cell_key::gen.mask(), "the slot generation is the key's generation field");
   static_assert(Traits::max_shards >= 2);
 
+  template <class Pred>
+  bool any_ring(Pred pred) const noexcept {
+    for (auto& sp : shards_) {
+      const shard* s = sp.load(std::memory_order_acquire);
+      if (s && s->ring && pred(s->ring)) return true;
+    }
+    return false;
+  }
   detail::ring_geometry geometry() const noexcept {
     return detail::ring_geometry::of(opts_.record_ring_capacity, opts_.record_ring_max, opts_.record_traces);
   }

@@ -143,6 +143,7 @@ class exporter {
   static constexpr bool has_doorbell = requires(Collector & c) {
     c.doorbell().value();
     c.records_pending();
+    c.records_above_mark();
     c.take_records(std::declval<snapshot&>());
   };
 
@@ -221,9 +222,9 @@ class exporter {
           took = took || !part.records.empty();
           if (part.records.size() < batch() / 2) break;  // caught up
         }
-        if constexpr (requires { col.records_above_mark(); }) return took && col.records_above_mark();
+        return took && col.records_above_mark();
       }
-      return took;
+      return false;
     }
 
     void export_once(bool final) noexcept {
