@@ -288,6 +288,44 @@ TEST_CASE("minimum size filter, pool exhaustion and hung ops are counted, never 
   CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"hang\""}) == 0);
 }
 
+TEST_CASE("a KernelCh stopped without its recordEventState(22) stays in flight and is counted abandoned",
+          "[plugin][hostile]") {
+  // NCCL 2.27 to 2.32 always send record(22) right before a KernelCh stop, and the record ends the
+  // channel (event_adapter.hpp). A stop alone therefore completes nothing; the op is not lost:
+  // finalize counts it abandoned. Should a future NCCL stop without recording, this test says what
+  // to change.
+  const std::string dir = fresh_dir("plugin");
+  REQUIRE(
+      in_child(prom_env(dir), [] {
+        namespace abi = ncclinsp::abi;
+        sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
+        set_device(0);
+        auto t = lib.table<abi::newest>();
+        sim::comm_driver comm(lib, {.comm_hash = 9, .name = "norec", .n_ranks = 2});
+        const sim::op_desc ar{
+            .func = sim::nccl_func::all_reduce, .dtype = sim::nccl_dtype::float32, .count = 1 << 20, .n_channels = 1};
+        const auto p = comm.enqueue(ar);
+        if (!p.task_handle) return 1;
+        abi::version<abi::newest>::descr d{};
+        d.type = abi::ev_kernel_ch;
+        d.parentObj = p.task_handle;
+        d.kernelCh.channelId = 0;
+        d.kernelCh.pTimer = t0;
+        void* kh = nullptr;
+        t->startEvent(comm.context(), &kh, &d);
+        if (!kh) return 2;
+        t->stopEvent(kh);
+        comm.complete(comm.enqueue(ar), t0, t0 + 1000);  // a complete op next to it
+        comm.finalize();
+        return 0;
+      }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  INFO(text.substr(0, 3000));
+  CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"norec\""}) == 1);
+  CHECK(sample(text, "ncclinsp_abandoned_ops_total", {"comm_name=\"norec\""}) == 1);
+  CHECK(sample(text, "ncclinsp_inflight_ops", {"comm_name=\"norec\""}) == 0);
+}
+
 TEST_CASE("JSON mode writes one record per op with Inspector's layout", "[plugin][json]") {
   const std::string dir = fresh_dir("plugin");
   auto env = prom_env(dir);

@@ -5,6 +5,11 @@
 /// Rules kept here (NCCL's ext-profiler/README.md; the simulator reproduces them, sim/nccl_driver.hpp):
 ///  - Handles are tagged integers (handle.hpp): decoded, bounds- and generation-checked, or ignored.
 ///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped.
+///    NCCL (2.27, the first with ABI v4, through 2.32) ends a channel with recordEventState(22)
+///    and stopEvent back to back on one thread (ncclProfilerStopKernelChEvent), so the record does
+///    the channel's work and the stop returns on the handle's kind alone; with traces on, the stop
+///    does it, since its own time is part of the trace. A stop without its record leaves the op in
+///    flight until finalize counts it abandoned (test_plugin; re-check for a new ABI).
 ///    Duration = latest GPU channel stop - earliest GPU channel start (the span, not Inspector's
 ///    max-of-channels); channels are keyed by their real id, which need not start at 0.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads.
@@ -84,10 +89,15 @@ class event_adapter {
     return abi::success;
   }
 
-  result_t stop_event(void* handle) noexcept {
-    const decoded k = decode(handle);
-    if (k.kind == handle_kind::none) return abi::success;
-    if (k.kind == handle_kind::channel) return stop_channel(k);
+  NCCLINSP_INLINE result_t stop_event(void* handle) noexcept {
+    const handle_kind kind = kind_of(handle);
+    if (kind == handle_kind::none || (kind == handle_kind::channel && !traced_))
+      return abi::success;  // record(22) did it
+    return kind == handle_kind::channel ? stop_channel(decode(handle)) : stop_task(decode(handle));
+  }
+
+  /// stopEvent of an op (Coll, P2p, CE: enqueued) or of a group handle (ProxyStep, inert).
+  NCCLINSP_OUTLINE result_t stop_task(const decoded k) noexcept {
     const auto in = gate_.enter();
     if (k.kind == handle_kind::group)
       return (k.channel & aux_kind_mask) == aux_proxy_step ? stop_step(k) : abi::success;
@@ -125,8 +135,11 @@ class event_adapter {
       relaxed_max(s->gpu_hi, t);
     else
       s->gpu_missing.store(true, std::memory_order_relaxed);
-    if (in.comm()->traces) NCCLINSP_UNLIKELY
-      trace_channel_record(*in.comm(), k, t);
+    if (traced_) NCCLINSP_UNLIKELY {
+      if (in.comm()->traces) trace_channel_record(*in.comm(), k, t);
+      return abi::success;  // the stop that follows ends the channel (stop_channel)
+    }
+    end_channel(*in.comm(), *s, k.slot);
     return abi::success;
   }
 
@@ -352,21 +365,25 @@ class event_adapter {
     return abi::success;
   }
 
-  result_t stop_channel(const decoded& k) noexcept {
+  /// KernelCh stop with traces on (otherwise its record(22) ended the channel).
+  NCCLINSP_OUTLINE result_t stop_channel(const decoded k) noexcept {
     const channel_hold in(*this, k);
     if (!in.op()) return abi::success;
-    op_slot& s = *in.op();
+    if (in.comm()->traces) trace_channel_stop(*in.comm(), k);
+    end_channel(*in.comm(), *in.op(), k.slot);
+    return abi::success;
+  }
+
+  /// One channel of the op ended: counted; the last one completes the op. Inside a channel_hold.
+  NCCLINSP_INLINE void end_channel(comm_state& cs, op_slot& s, std::uint32_t slot) noexcept {
     if (s.gpu_missing.load(std::memory_order_relaxed)) note_cpu_stop(s);
-    if (in.comm()->traces) NCCLINSP_UNLIKELY
-      trace_channel_stop(*in.comm(), k);
     // Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so
     // the count is a plain load+store on the op's own line, not a locked RMW. The op completes
     // exactly once: only the stop that brings the count to expected_ch completes it, and the
     // enqueue side (Coll stop, another thread) never touches ch_stopped; the two sides meet in refs.
     const std::uint32_t stopped = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(stopped, std::memory_order_relaxed);
-    if (stopped == s.expected_ch) finish(*in.comm(), s, k.slot);
-    return abi::success;
+    if (stopped == s.expected_ch) finish(cs, s, slot);
   }
 
   // Out of line, so that the channel callbacks above stay short (no spills): what they do rarely.
@@ -535,6 +552,7 @@ class event_adapter {
   std::unique_ptr<collector<>> col_;
   std::unique_ptr<std::atomic<comm_state*>[]> comms_ = std::make_unique<std::atomic<comm_state*>[]>(max_plugin_comms);
   pid_t pid_ = 0;             // ours: ProxyOps with another pid are PXN ops of another process
+  bool traced_ = false;       // record_traces: a KernelCh stop, not its record(22), ends the channel
   detail::reader_gate gate_;  // events inside a communicator's state (see plugin_state::finalize)
 };
 

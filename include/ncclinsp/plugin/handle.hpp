@@ -47,6 +47,10 @@ inline decoded decode(const void* h) noexcept {
           static_cast<std::uint32_t>((v >> comm_shift) & comm_mask),
           static_cast<std::uint32_t>((v >> slot_shift) & slot_mask), static_cast<std::uint32_t>(v & aux_mask)};
 }
+/// The kind alone (hot: the KernelCh stop needs nothing else).
+inline handle_kind kind_of(const void* h) noexcept {
+  return static_cast<handle_kind>(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h)) >> kind_shift);
+}
 inline void* as_handle(std::uint64_t v) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v)); }
 
 }  // namespace ncclinsp::plugin

@@ -47,10 +47,14 @@ namespace ncclinsp::plugin {
 /// later communicator reuses it and counters continue.
 class plugin_state : public event_adapter {
  public:
-  NCCLINSP_INLINE static plugin_state& get() {
-    static plugin_state* s = make();  // never destroyed: NCCL threads may outlive static destructors
+  /// Created by the first call (init). Never destroyed: NCCL threads may outlive static destructors.
+  static plugin_state& get() {
+    static plugin_state* s = make();
     return *s;
   }
+  /// For the event callbacks (hot: one load, no guard): the state once get() made it, else nullptr
+  /// (NCCL sends no event before init; one that comes anyway is ignored).
+  NCCLINSP_INLINE static plugin_state* existing() noexcept { return instance_.load(std::memory_order_acquire); }
 
   // ---- init / finalize (cold) ------------------------------------------------------------------
   result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank,
@@ -185,7 +189,12 @@ class plugin_state : public event_adapter {
   }
 
  private:
-  NCCLINSP_COLD static plugin_state* make() { return new plugin_state(); }  // out of line: get() stays small
+  static plugin_state* make() {
+    auto* s = new plugin_state();
+    instance_.store(s, std::memory_order_release);
+    return s;
+  }
+  static inline std::atomic<plugin_state*> instance_{nullptr};
   plugin_state() = default;
 
   /// After an unpublish and the gate's quiesce: waits (until `deadline`) until no KernelCh event is
@@ -213,6 +222,7 @@ class plugin_state : public event_adapter {
                                                    .abi = "v" + std::to_string(abi_version),
                                                    .pid = static_cast<long>(::getpid())});
     col_ = std::make_unique<collector<>>(std::move(co));
+    traced_ = col_->options().record_traces;
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
