@@ -22,9 +22,8 @@ class slot_bitmap {
 
   /// A free index, or no_index when all are taken. acquire: see the previous holder's writes.
   std::uint32_t alloc() noexcept {
-    const std::uint32_t start = hint_.load(std::memory_order_relaxed);
-    for (std::uint32_t k = 0; k < words_; ++k) {
-      const std::uint32_t w = (start + k) % words_;
+    const std::uint32_t start = hint_.load(std::memory_order_relaxed);                        // < words_
+    for (std::uint32_t k = 0, w = start; k < words_; ++k, w = w + 1 == words_ ? 0 : w + 1) {  // no division
       std::uint64_t cur = used_[w].load(std::memory_order_relaxed);
       while (~cur) {
         const auto bit = static_cast<std::uint32_t>(__builtin_ctzll(~cur));
