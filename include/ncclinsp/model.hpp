@@ -10,6 +10,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "ncclinsp/detail/platform.hpp"
+
 namespace ncclinsp {
 
 /// Every function string NCCL reports (`ncclFuncToString`) plus the v6 copy-engine ones.
@@ -40,7 +42,7 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
 namespace detail {
 /// a == b for two views of one length, without a library call for names up to 16 characters
 /// (two overlapping loads from each; every byte read lies inside both views).
-constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
+NCCLINSP_INLINE constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
   const std::size_t n = a.size();
   if (std::is_constant_evaluated() || n > 16) return a == b;
   const auto same = [&]<class W>(W) {
@@ -71,7 +73,8 @@ constexpr std::size_t name_hash(std::size_t len, char last, std::uint32_t mul) n
 }
 template <const auto& Names, std::size_t End>
 constexpr name_index make_name_index() noexcept {
-  for (std::uint32_t mul = 0x9E3779B1u;; mul += 2) {  // odd multipliers from the golden ratio
+  for (std::uint32_t t = 0; t < 64; ++t) {
+    const std::uint32_t mul = 0x9E3779B1u * (2 * t + 1);  // odd multiples of the golden ratio (2 tries today)
     name_index ix{.mul = mul};
     bool clash = false;
     for (std::size_t i = 1; i < End && !clash; ++i) {
@@ -80,8 +83,8 @@ constexpr name_index make_name_index() noexcept {
       e = static_cast<std::uint8_t>(i);
     }
     if (!clash) return ix;
-    if (mul > 0x9E3779B1u + 2 * 4096) return {};
   }
+  return {};
 }
 template <const auto& Names, std::size_t End>
 inline constexpr name_index name_index_of = make_name_index<Names, End>();
@@ -89,7 +92,7 @@ inline constexpr name_index name_index_of = make_name_index<Names, End>();
 /// The enumerator (unknown = 0) named `s` among Names[1, End): NCCL's spellings, compared exactly.
 /// Hot (every Coll start parses four names): one table entry, then that one name compared in full.
 template <class E, const auto& Names, std::size_t End = std::tuple_size_v<std::remove_cvref_t<decltype(Names)>>>
-constexpr E parse_name(std::string_view s) noexcept {
+NCCLINSP_INLINE constexpr E parse_name(std::string_view s) noexcept {
   constexpr const name_index& ix = name_index_of<Names, End>;
   static_assert(ix.mul != 0, "two names share a (length, last character) hash: widen name_hash");
   if (s.empty()) return E{};

@@ -4,7 +4,8 @@
 ///
 /// Rules kept here (NCCL's ext-profiler/README.md; the simulator reproduces them, sim/nccl_driver.hpp):
 ///  - Handles are tagged integers (handle.hpp): decoded, bounds- and generation-checked, or ignored.
-///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped.
+///  - Coll/P2p stop means "enqueued"; an op completes when all its KernelCh channels stopped, so
+///    the stop of an op with channels does nothing (its handle says so) unless traces are on.
 ///    NCCL (2.27, the first with ABI v4, through 2.32) ends a channel with recordEventState(22)
 ///    and stopEvent back to back on one thread (ncclProfilerStopKernelChEvent), so the record does
 ///    the channel's work and the stop returns on the handle's kind alone; with traces on, the stop
@@ -91,8 +92,11 @@ class event_adapter {
 
   NCCLINSP_INLINE result_t stop_event(void* handle) noexcept {
     const handle_kind kind = kind_of(handle);
-    if (kind == handle_kind::none || (kind == handle_kind::channel && !traced_))
-      return abi::success;  // record(22) did it
+    // Nothing to do: a KernelCh stop (its record(22) ended the channel), or the stop of an op its
+    // channels complete (aux_ends_at_channels; set only without traces).
+    if (kind == handle_kind::none || (kind == handle_kind::channel && !traced_) ||
+        (kind == handle_kind::op && (aux_of(handle) & aux_ends_at_channels)))
+      return abi::success;
     return kind == handle_kind::channel ? stop_channel(decode(handle)) : stop_task(decode(handle));
   }
 
@@ -106,11 +110,15 @@ class event_adapter {
     op_slot* op = find_op(k, cs);
     if (!op) return abi::success;  // stale or already released
     op_slot& s = *op;
+    // Here: an op without channels (CE, nChannels 0), which this stop completes, or, with traces
+    // on, an op with channels whose stop time is traced. Either way this stop holds a reference
+    // (begin_op). Without traces an op with channels never comes here: its handle says so
+    // (aux_ends_at_channels) and stop_event returns at once, so the stop touches no slot that the
+    // channel side may free and another thread take again meanwhile (a graph replay's CUDA
+    // host-callback thread and the user thread both take slots of one communicator).
+    // Only a forged handle (the flag cleared) gets here for such an op: it holds no reference.
+    if (!traced_ && !s.is_ce && s.expected_ch != 0) return abi::success;
     // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
-    // Why this stop holds a reference although an op with channels completes on the channel side:
-    // two threads may take slots of one communicator at once (a graph replay's CUDA host-callback
-    // thread, the user thread launching a CE collective), so a slot the channel side freed while
-    // this stop runs could be taken again before this stop has read it.
     if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
     s.enq_stopped.store(true, std::memory_order_relaxed);
     if (cs->traces) NCCLINSP_UNLIKELY {
@@ -271,7 +279,9 @@ class event_adapter {
     s.cpu_hi.store(0, std::memory_order_relaxed);
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
-    s.refs.store(channels && !ce ? 2 : 1, std::memory_order_relaxed);
+    // References: the channel side (the last channel completes the op), and the op's stop when it
+    // completes the op (no channels) or, with traces, records its time (see stop_task).
+    s.refs.store(channels && !ce && traced_ ? 2 : 1, std::memory_order_relaxed);
     if (cs.traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs.traces[idx];
       tr.t.n_channels = 0;
@@ -288,7 +298,9 @@ class event_adapter {
   }
 
   void* op_handle(const comm_state& cs, std::uint32_t idx) noexcept {
-    return as_handle(encode(handle_kind::op, cs.ops[idx].gen.load(std::memory_order_relaxed), cs.handle, idx));
+    const op_slot& s = cs.ops[idx];
+    const std::uint32_t aux = !traced_ && s.expected_ch && !s.is_ce ? aux_ends_at_channels : 0;
+    return as_handle(encode(handle_kind::op, s.gen.load(std::memory_order_relaxed), cs.handle, idx, aux));
   }
 
   template <class Descr>

@@ -9,7 +9,8 @@
 namespace ncclinsp::plugin {
 
 /// Layout, high to low bits (never 0 for a live handle): kind:2 | gen:22 | comm:16 | slot:16 | aux:8.
-/// `aux` is the channel id of a channel handle, or says which auxiliary object a group handle is.
+/// `aux` is the channel id of a channel handle, flags of an op handle (aux_ends_at_channels), or says
+/// which auxiliary object a group handle is.
 enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, group = 3 };
 inline constexpr unsigned kind_shift = 62, gen_shift = 40, comm_shift = 24, slot_shift = 8;
 inline constexpr std::uint32_t gen_mask = (1u << 22) - 1;  // 0x3FFFFF: generations wrap at 22 bits
@@ -26,6 +27,8 @@ inline constexpr std::uint32_t max_op_slots = context_slot;
 /// gen = its generation). aux_kind_mask selects which.
 inline constexpr std::uint32_t aux_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_send = 0x80;
 inline constexpr std::uint32_t aux_kind_mask = 3;
+/// `aux` of an op handle: its channels complete the op and its stopEvent has nothing to do.
+inline constexpr std::uint32_t aux_ends_at_channels = 1;
 
 struct decoded {
   handle_kind kind = handle_kind::none;
@@ -50,6 +53,10 @@ inline decoded decode(const void* h) noexcept {
 /// The kind alone (hot: the KernelCh stop needs nothing else).
 inline handle_kind kind_of(const void* h) noexcept {
   return static_cast<handle_kind>(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(h)) >> kind_shift);
+}
+/// The aux byte alone (hot).
+inline std::uint32_t aux_of(const void* h) noexcept {
+  return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(h)) & aux_mask;
 }
 inline void* as_handle(std::uint64_t v) noexcept { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v)); }
 
