@@ -7,10 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
-
-#include "ncclinsp/detail/platform.hpp"
 
 namespace ncclinsp {
 
@@ -42,7 +39,7 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
 namespace detail {
 /// a == b for two views of one length, without a library call for names up to 16 characters
 /// (two overlapping loads from each; every byte read lies inside both views).
-NCCLINSP_INLINE constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
+constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
   const std::size_t n = a.size();
   if (std::is_constant_evaluated() || n > 16) return a == b;
   const auto same = [&]<class W>(W) {
@@ -60,51 +57,24 @@ NCCLINSP_INLINE constexpr bool same_chars(std::string_view a, std::string_view b
   return true;
 }
 
-/// Where parse_name looks a name up: 64 entries indexed by a hash of (length, last character),
-/// which tells every NCCL name of one list from the others (ncclFloat16 / ncclFloat32 differ at the
-/// end). Built at compile time with the first multiplier under which no two names share an entry.
-struct name_index {
-  std::uint32_t mul = 0;              // 0: none found (a static_assert says so)
-  std::array<std::uint8_t, 64> at{};  // entry -> enumerator, 0 = no name
-};
-constexpr std::size_t name_hash(std::size_t len, char last, std::uint32_t mul) noexcept {
-  const auto key = static_cast<std::uint32_t>(len << 8 | static_cast<unsigned char>(last));
-  return (key * mul) >> 26;  // the top 6 bits of a multiplicative hash
-}
-template <const auto& Names, std::size_t End>
-constexpr name_index make_name_index() noexcept {
-  for (std::uint32_t t = 0; t < 64; ++t) {
-    const std::uint32_t mul = 0x9E3779B1u * (2 * t + 1);  // odd multiples of the golden ratio (2 tries today)
-    name_index ix{.mul = mul};
-    bool clash = false;
-    for (std::size_t i = 1; i < End && !clash; ++i) {
-      std::uint8_t& e = ix.at[name_hash(Names[i].size(), Names[i].back(), mul)];
-      clash = e != 0;
-      e = static_cast<std::uint8_t>(i);
-    }
-    if (!clash) return ix;
+/// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
+/// Hot (every Coll start parses four names): the last character is compared before the whole
+/// name, since names of one length mostly differ at the end (ncclFloat16 / ncclFloat32), so only
+/// the match is compared in full.
+template <class E, std::size_t N>
+constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s, std::size_t end = N) noexcept {
+  for (std::size_t i = 1; i < end; ++i) {
+    const std::string_view n = names[i];
+    if (n.size() == s.size() && (s.empty() || n.back() == s.back()) && same_chars(n, s)) return static_cast<E>(i);
   }
-  return {};
-}
-template <const auto& Names, std::size_t End>
-inline constexpr name_index name_index_of = make_name_index<Names, End>();
-
-/// The enumerator (unknown = 0) named `s` among Names[1, End): NCCL's spellings, compared exactly.
-/// Hot (every Coll start parses four names): one table entry, then that one name compared in full.
-template <class E, const auto& Names, std::size_t End = std::tuple_size_v<std::remove_cvref_t<decltype(Names)>>>
-NCCLINSP_INLINE constexpr E parse_name(std::string_view s) noexcept {
-  constexpr const name_index& ix = name_index_of<Names, End>;
-  static_assert(ix.mul != 0, "two names share a (length, last character) hash: widen name_hash");
-  if (s.empty()) return E{};
-  const std::uint8_t i = ix.at[name_hash(s.size(), s.back(), ix.mul)];
-  return i && Names[i].size() == s.size() && same_chars(Names[i], s) ? static_cast<E>(i) : E{};
+  return E{};
 }
 }  // namespace detail
 
 constexpr std::string_view to_string(func f) noexcept { return func_names[static_cast<std::size_t>(f)]; }
 
 /// Parses NCCL's function string; anything else (including "Invalid" and NULL) is `unknown`.
-constexpr func parse_func(std::string_view s) noexcept { return detail::parse_name<func, func_names>(s); }
+constexpr func parse_func(std::string_view s) noexcept { return detail::parse_name<func>(func_names, s); }
 inline func parse_func(const char* s) noexcept { return s ? parse_func(std::string_view(s)) : func::unknown; }
 
 constexpr bool is_p2p(func f) noexcept { return f == func::send || f == func::recv; }
@@ -136,7 +106,7 @@ constexpr std::string_view to_string(dtype d) noexcept { return dtype_names[stat
 /// Element size in bytes; 0 when unknown.
 constexpr std::size_t size_of(dtype d) noexcept { return dtype_sizes[static_cast<std::size_t>(d)]; }
 
-constexpr dtype parse_dtype(std::string_view s) noexcept { return detail::parse_name<dtype, dtype_names>(s); }
+constexpr dtype parse_dtype(std::string_view s) noexcept { return detail::parse_name<dtype>(dtype_names, s); }
 inline dtype parse_dtype(const char* s) noexcept { return s ? parse_dtype(std::string_view(s)) : dtype::unknown; }
 
 /// Algorithms (`ncclAlgoToString`) plus `sym` for symmetric kernels and `none` for P2P/CE ops.
@@ -158,7 +128,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(algo::cou
 constexpr std::string_view to_string(algo a) noexcept { return algo_names[static_cast<std::size_t>(a)]; }
 /// NCCL's algorithm names only: "SYM" and "none" are ours, never parsed.
 constexpr algo parse_algo(std::string_view s) noexcept {
-  return detail::parse_name<algo, algo_names, static_cast<std::size_t>(algo::sym)>(s);
+  return detail::parse_name<algo>(algo_names, s, static_cast<std::size_t>(algo::sym));
 }
 
 /// Protocols (`ncclProtoToString`); `none` for P2P/CE ops and symmetric kernels (empty proto).
@@ -167,7 +137,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(proto::co
     "Unknown", "LL", "LL128", "SIMPLE", "none"};
 constexpr std::string_view to_string(proto p) noexcept { return proto_names[static_cast<std::size_t>(p)]; }
 constexpr proto parse_proto(std::string_view s) noexcept {
-  return s.empty() ? proto::none : detail::parse_name<proto, proto_names, static_cast<std::size_t>(proto::none)>(s);
+  return s.empty() ? proto::none : detail::parse_name<proto>(proto_names, s, static_cast<std::size_t>(proto::none));
 }
 
 /// Where an op's duration came from (Inspector's `*_timing_source` values).
