@@ -432,11 +432,19 @@ int disk_full_scenario(const std::string& dir, const std::function<void()>& fill
   }
   if (!wait_for([] { return warnings_containing("cannot write") >= 1 || sim::logger_warn_count().load() >= 1; }))
     return 3;
+  // A temporary file is left behind if it is still there 50 ms later (each attempt has its own
+  // random name); one seen once is an export in flight, which a loaded machine can catch.
+  std::vector<std::string> tmp_before;
   for (int i = 0; i < 10; ++i) {
     const std::string text = slurp(prom);
     if (!prom_well_formed(text) || sample(text, "ncclinsp_ops_total", {"comm_name=\"full\""}) != 1) return 4;
+    std::vector<std::string> tmp_now;
     for (const auto& f : files_in(dir))
-      if (f.find(".tmp.") != std::string::npos) return 5;
+      if (f.find(".tmp.") != std::string::npos) {
+        if (std::find(tmp_before.begin(), tmp_before.end(), f) != tmp_before.end()) return 5;
+        tmp_now.push_back(f);
+      }
+    tmp_before = std::move(tmp_now);
     ::usleep(50'000);
   }
   unfill();

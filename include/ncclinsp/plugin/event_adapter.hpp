@@ -59,8 +59,10 @@ inline std::uint64_t precise_ns() noexcept { return detail::steady_ns(); }
 class event_adapter {
  public:
   // ---- events (hot) ----------------------------------------------------------------------------
+  // The callbacks' fast paths make no call that returns into them (rare work is a tail call to an
+  // out-of-line function), so they save no registers.
   template <class Descr>
-  result_t start_event(void* context, void** handle, const Descr* d) noexcept {
+  NCCLINSP_INLINE result_t start_event(void* context, void** handle, const Descr* d) noexcept {
     if (!handle) return abi::success;
     *handle = nullptr;
     if (!d) return abi::success;
@@ -74,8 +76,18 @@ class event_adapter {
     if (!(type &
           (abi::ev_kernel_ch | abi::ev_coll | abi::ev_p2p | abi::ev_proxy_step | abi::ev_proxy_op | abi::ev_ce_coll)))
       return abi::success;
-    if (type == abi::ev_kernel_ch)
-      return start_channel(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if (type == abi::ev_kernel_ch) {
+      const std::uint64_t t = d->kernelCh.pTimer;
+      return t && !traced_ ? start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, t)
+                           : start_channel<true>(handle, d->parentObj, d->kernelCh.channelId, t);
+    }
+    return start_task(context, handle, d);
+  }
+
+  /// startEvent of the types that look up a communicator through the reader gate.
+  template <class Descr>
+  NCCLINSP_OUTLINE result_t start_task(void* context, void** handle, const Descr* d) noexcept {
+    const std::uint64_t type = d->type;
     const auto in = gate_.enter();
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
@@ -131,23 +143,23 @@ class event_adapter {
     return abi::success;
   }
 
-  result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
+  NCCLINSP_INLINE result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
     if (state != abi::st_kernel_ch_stop) return record_proxy_state(handle, state, args);
+    const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
+    if (!t || traced_) NCCLINSP_UNLIKELY
+      return record_channel_rare(handle, t);
     const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
-    const channel_hold in(*this, k);
+    channel_hold in(*this, k);
     op_slot* s = in.op();
     if (!s) return abi::success;
-    const std::uint64_t t = args ? args->kernelCh.pTimer : 0;
-    if (t)
-      relaxed_max(s->gpu_hi, t);
-    else
-      s->gpu_missing.store(true, std::memory_order_relaxed);
-    if (traced_) NCCLINSP_UNLIKELY {
-      if (in.comm()->traces) trace_channel_record(*in.comm(), k, t);
-      return abi::success;  // the stop that follows ends the channel (stop_channel)
-    }
-    end_channel(*in.comm(), *s, k.slot);
+    relaxed_max(s->gpu_hi, t);
+    // end_channel, with its calls as tail calls that take the hold over.
+    if (s->gpu_missing.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
+      return end_channel_and_leave(*in.comm(), *s, k.slot, in.hand_over());
+    const std::uint32_t stopped = s->ch_stopped.load(std::memory_order_relaxed) + 1;
+    s->ch_stopped.store(stopped, std::memory_order_relaxed);
+    if (stopped == s->expected_ch) return finish_and_leave(*in.comm(), *s, k.slot, in.hand_over());
     return abi::success;
   }
 
@@ -215,12 +227,20 @@ class event_adapter {
       mark_ = m;
     }
     ~channel_hold() {
-      if (s_) s_->ch_inside.store(mark_ + 1, std::memory_order_release);  // even: left
+      if (s_) leave(*s_, mark_);
     }
     channel_hold(const channel_hold&) = delete;
     channel_hold& operator=(const channel_hold&) = delete;
     op_slot* op() const noexcept { return s_; }
     comm_state* comm() const noexcept { return cs_; }
+    /// The mark, for a callee to leave the op with (leave()); this hold then leaves nothing.
+    std::uint32_t hand_over() noexcept {
+      s_ = nullptr;
+      return mark_;
+    }
+    static void leave(op_slot& s, std::uint32_t mark) noexcept {
+      s.ch_inside.store(mark + 1, std::memory_order_release);  // even: left
+    }
 
    private:
     op_slot* s_ = nullptr;
@@ -361,19 +381,40 @@ class event_adapter {
     return abi::success;
   }
 
-  result_t start_channel(void** handle, void* parent, std::uint8_t channel, std::uint64_t gpu_start) noexcept {
+  /// KernelCh start. Rare: no GPU timer (proxy CPU time instead) or traces on; out of line either way.
+  template <bool Rare>
+  NCCLINSP_OUTLINE result_t start_channel(void** handle, void* parent, std::uint8_t channel,
+                                          std::uint64_t gpu_start) noexcept {
     const decoded k = decode(parent);
     if (k.kind != handle_kind::op) return abi::success;
     const channel_hold in(*this, k);
     op_slot* s = in.op();
     if (!s) return abi::success;
-    if (gpu_start)
-      relaxed_min(s->gpu_lo, gpu_start);
-    else
-      note_cpu_start(*s);
-    if (in.comm()->traces) NCCLINSP_UNLIKELY
-      trace_channel_start(*in.comm(), k, channel, gpu_start);
+    if (gpu_start) relaxed_min(s->gpu_lo, gpu_start);
+    if constexpr (Rare) {
+      if (!gpu_start) note_cpu_start(*s);
+      if (in.comm()->traces) trace_channel_start(*in.comm(), k, channel, gpu_start);
+    }
     *handle = as_handle(encode(handle_kind::channel, k.gen, k.comm, k.slot, channel));
+    return abi::success;
+  }
+
+  /// recordEventState(22) without a GPU timer, or with traces on.
+  NCCLINSP_OUTLINE result_t record_channel_rare(void* handle, std::uint64_t t) noexcept {
+    const decoded k = decode(handle);
+    if (k.kind != handle_kind::channel) return abi::success;
+    const channel_hold in(*this, k);
+    op_slot* s = in.op();
+    if (!s) return abi::success;
+    if (t)
+      relaxed_max(s->gpu_hi, t);
+    else
+      s->gpu_missing.store(true, std::memory_order_relaxed);
+    if (traced_) {
+      if (in.comm()->traces) trace_channel_record(*in.comm(), k, t);
+      return abi::success;  // the stop that follows ends the channel (stop_channel)
+    }
+    end_channel(*in.comm(), *s, k.slot);
     return abi::success;
   }
 
@@ -408,6 +449,19 @@ class event_adapter {
   NCCLINSP_OUTLINE void finish(comm_state& cs, op_slot& s, std::uint32_t slot) noexcept {  // the last channel stopped
     complete(cs, s, /*enqueue_only=*/false);
     drop_ref(cs, slot, s);
+  }
+  // The same, then leaving the op (the caller's channel_hold was handed over): tail-callable.
+  NCCLINSP_OUTLINE result_t finish_and_leave(comm_state& cs, op_slot& s, std::uint32_t slot,
+                                             std::uint32_t mark) noexcept {
+    finish(cs, s, slot);
+    channel_hold::leave(s, mark);
+    return abi::success;
+  }
+  NCCLINSP_OUTLINE result_t end_channel_and_leave(comm_state& cs, op_slot& s, std::uint32_t slot,
+                                                  std::uint32_t mark) noexcept {
+    end_channel(cs, s, slot);
+    channel_hold::leave(s, mark);
+    return abi::success;
   }
   NCCLINSP_COLD static void trace_channel_start(comm_state& cs, const decoded& k, std::uint8_t channel,
                                                 std::uint64_t gpu_start) noexcept {
