@@ -157,9 +157,7 @@ class event_adapter {
     // end_channel, with its calls as tail calls that take the hold over.
     if (s->gpu_missing.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
       return end_channel_and_leave(*in.comm(), *s, k.slot, in.hand_over());
-    const std::uint32_t stopped = s->ch_stopped.load(std::memory_order_relaxed) + 1;
-    s->ch_stopped.store(stopped, std::memory_order_relaxed);
-    if (stopped == s->expected_ch) return finish_and_leave(*in.comm(), *s, k.slot, in.hand_over());
+    if (count_channel(*s)) return finish_and_leave(*in.comm(), *s, k.slot, in.hand_over());
     return abi::success;
   }
 
@@ -430,13 +428,16 @@ class event_adapter {
   /// One channel of the op ended: counted; the last one completes the op. Inside a channel_hold.
   NCCLINSP_INLINE void end_channel(comm_state& cs, op_slot& s, std::uint32_t slot) noexcept {
     if (s.gpu_missing.load(std::memory_order_relaxed)) note_cpu_stop(s);
-    // Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so
-    // the count is a plain load+store on the op's own line, not a locked RMW. The op completes
-    // exactly once: only the stop that brings the count to expected_ch completes it, and the
-    // enqueue side (Coll stop, another thread) never touches ch_stopped; the two sides meet in refs.
+    if (count_channel(s)) finish(cs, s, slot);
+  }
+  /// Counts an ended channel; true for the last one, which completes the op (exactly once).
+  /// Single writer: every KernelCh event of one op comes from one thread (see relaxed_min), so the
+  /// count is a plain load+store on the op's own line, not a locked RMW. The enqueue side (the op's
+  /// stop, another thread) never touches ch_stopped; with traces the two sides meet in refs.
+  NCCLINSP_INLINE static bool count_channel(op_slot& s) noexcept {
     const std::uint32_t stopped = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(stopped, std::memory_order_relaxed);
-    if (stopped == s.expected_ch) finish(cs, s, slot);
+    return stopped == s.expected_ch;
   }
 
   // Out of line, so that the channel callbacks above stay short (no spills): what they do rarely.
@@ -608,8 +609,8 @@ class event_adapter {
 
   void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
     // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
-    // decrement) means we hold the last reference: skip the locked RMW (the common case at
-    // completion, since Coll stop comes first). begin_op resets refs when the slot is reused.
+    // decrement) means we hold the last reference: skip the locked RMW (always without traces,
+    // where an op has one holder; with traces, when the op's stop came first). begin_op resets refs.
     if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
       cs.ops.release(idx);
   }
@@ -618,7 +619,7 @@ class event_adapter {
   std::unique_ptr<collector<>> col_;
   std::unique_ptr<std::atomic<comm_state*>[]> comms_ = std::make_unique<std::atomic<comm_state*>[]>(max_plugin_comms);
   pid_t pid_ = 0;             // ours: ProxyOps with another pid are PXN ops of another process
-  bool traced_ = false;       // record_traces: a KernelCh stop, not its record(22), ends the channel
+  bool traced_ = false;       // record_traces: KernelCh stops end channels, op stops hold a reference
   detail::reader_gate gate_;  // events inside a communicator's state (see plugin_state::finalize)
 };
 
