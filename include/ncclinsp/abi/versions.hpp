@@ -2,7 +2,8 @@
 /// The one list of profiler ABI versions ncclinsp speaks, and the dispatcher from a runtime version
 /// number to code templated on it. Adding ABI v8 means: its structs in nccl_profiler.hpp, a
 /// `version<8>` below, 8 appended to `versions`, and its table in plugin/exports.cpp and
-/// plugin/exports.map (docs/layout.md, "Adding ABI v8"); every loop, range check and dispatch over
+/// plugin/exports.map (docs/layout.md, "Adding ABI v8", which also says what NCCL behaviour to
+/// re-check); every loop, range check and dispatch over
 /// versions (simulator, tests, fuzzer) follows this list, and a static_assert names each file
 /// that defines one table per version by hand.
 /// Thread-safety: types and constants only.
