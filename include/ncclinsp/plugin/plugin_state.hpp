@@ -52,8 +52,8 @@ class plugin_state : public event_adapter {
     static plugin_state* s = make();
     return *s;
   }
-  /// For the event callbacks (hot: one load, no guard): the state once get() made it, else nullptr
-  /// (NCCL sends no event before init; one that comes anyway is ignored).
+  /// For the event callbacks (hot: one load, no guard): the state once the first init configured
+  /// it, else nullptr (NCCL sends no event before init; one that comes anyway is ignored).
   NCCLINSP_INLINE static plugin_state* existing() noexcept { return instance_.load(std::memory_order_acquire); }
 
   // ---- init / finalize (cold) ------------------------------------------------------------------
@@ -191,10 +191,11 @@ class plugin_state : public event_adapter {
  private:
   static plugin_state* make() {
     auto* s = new plugin_state();
-    instance_.store(s, std::memory_order_release);
+    s->process_wide_ = true;
     return s;
   }
-  static inline std::atomic<plugin_state*> instance_{nullptr};
+  static inline std::atomic<plugin_state*> instance_{nullptr};  // existing(): get()'s, once configured
+  bool process_wide_ = false;  // made by get() (tests and the fuzzer make private ones)
   plugin_state() = default;
 
   /// After an unpublish and the gate's quiesce: waits (until `deadline`) until no KernelCh event is
@@ -234,6 +235,7 @@ class plugin_state : public event_adapter {
     banner += opts_.enable ? "; configuration:\n" + opts_.describe()
                            : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
+    if (process_wide_) instance_.store(this, std::memory_order_release);  // events read what configure wrote
   }
 
   void start_exporter() {
