@@ -110,7 +110,7 @@ class timed_emitter {
         break;
       }
       case ev_pop_stop:
-        e_.stop(pop_[x.op][x.idx]);
+        if (!p.proxy_unstopped) e_.stop(pop_[x.op][x.idx]);
         break;
       default:
         proxy_step(p, x);
@@ -131,7 +131,8 @@ class timed_emitter {
     // arrives (recv): the earlier states of a step still carry the previous step's size.
     const std::size_t prev = x.step ? pl.step_bytes : 0;
     if (x.kind == ev_step_post) {
-      sh = e_.proxy_step(d_, op_h, e_.cfg.rank, x.step);
+      sh = pl.is_send ? e_.proxy_step(d_, op_h, e_.cfg.rank, x.step)
+                      : e_.proxy_step_restarted(d_, op_h, e_.cfg.rank, x.step);
       a.proxyStep.transSize = prev;
       if (op_h) e_.record(sh, abi::event_state(pl.is_send ? 8 : 10), &a);
     } else if (x.kind == ev_step_ready) {
