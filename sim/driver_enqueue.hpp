@@ -9,6 +9,7 @@
 #include "event_emitter.hpp"
 #include "nccl_vocab.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -181,7 +182,9 @@ class enqueue_sequence {
   void coll_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
     const bool no_coll = op.func == nccl_func::broadcast && !bcast_coll_;
     const nccl_release* rel = cfg_.release;
-    p.seq = seq_.coll[int(op.func)]++;
+    // One communicator's tasks can be planned on several threads at once (a replay's host callback
+    // beside the user thread): the counter is taken atomically.
+    p.seq = std::atomic_ref<std::uint64_t>(seq_.coll[int(op.func)]).fetch_add(1, std::memory_order_relaxed);
     if (no_coll) return;  // no Coll, no profiler proxy op, no KernelCh (NVIDIA/nccl #2278)
     // Before 2.31.2 ncclSymmetricTaskScheduler frees symmetric tasks: no Coll, no KernelCh.
     if (rel && op.symmetric && !rel->sym_visible) return;
