@@ -193,7 +193,6 @@ class comm_driver {
     visit([&](const auto& e) { e.kernel_ch_stop(h, stop_ns); });
   }
 
-
   /// KernelCh start only, never stopped (NCCL 2.31 purges in-flight ops at comm destroy; a hung kernel).
   void start_only(const pending_op& p, std::uint64_t start_ns) {
     if (!active_ || lib_->unloaded()) return;

@@ -34,8 +34,8 @@ class enqueue_sequence {
  public:
   using descr = typename emitter<V>::descr;
 
-  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll,
-                   enqueue_mode mode = enqueue_mode::eager, captured_graph* graph = nullptr)
+  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll, enqueue_mode mode = enqueue_mode::eager,
+                   captured_graph* graph = nullptr)
       : e_(e), cfg_(e.cfg), seq_(seq), bcast_coll_(broadcast_coll), mask_(load_mask()), mode_(mode), graph_(graph) {}
 
   void run(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {

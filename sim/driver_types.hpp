@@ -66,7 +66,7 @@ struct pending_op {
   /// KernelCh read another work's device-ring slot (a replay after an eager launch up to 2.30, a
   /// counter drift after a Broadcast in 2.31): `complete` sends those timestamps, not the op's.
   bool stale_timestamps = false;
-  bool drifted = false;       ///< 2.31 drift: start is the op's, stop the channel's previous work's
+  bool drifted = false;          ///< 2.31 drift: start is the op's, stop the channel's previous work's
   bool proxy_unstopped = false;  ///< CollNet/SHM/P2P proxies: ProxyOps started, never stopped
 };
 

@@ -130,9 +130,10 @@ struct job {
 
 // ---- CUDA-graph capture and replay ------------------------------------------------------------------
 
-TEST_CASE("2.27 2.28 2.30 2.31.2 graph replay - each replay is an op with its own seqNumber - enqueue.cc "
-          "hostStreamPlanCallback",
-          "[conformance][graph]") {
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 graph replay - each replay is an op with its own seqNumber - enqueue.cc "
+    "hostStreamPlanCallback",
+    "[conformance][graph]") {
   for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("replay", [rel](const std::string&) {
@@ -160,9 +161,10 @@ TEST_CASE("2.27 2.28 2.30 2.31.2 graph replay - each replay is an op with its ow
   }
 }
 
-TEST_CASE("2.28 2.30 graph replays mixed with eager launches - KernelCh carry another work's timestamps - "
-          "proxy.cc SaveProxyProfiler",
-          "[conformance][graph]") {
+TEST_CASE(
+    "2.28 2.30 graph replays mixed with eager launches - KernelCh carry another work's timestamps - "
+    "proxy.cc SaveProxyProfiler",
+    "[conformance][graph]") {
   for (const auto* rel : {&sim::release_2_28, &sim::release_2_30}) {
     INFO("NCCL " << rel->name);
     // Replays of a 4 MiB AllReduce on channels 0..3 after an eager 128 KiB AllReduce on the same
@@ -190,8 +192,8 @@ TEST_CASE("2.28 2.30 graph replays mixed with eager launches - KernelCh carry an
     // Never published as GPU-timed with the eager op's span (that would read 10x the truth)...
     const double bw = sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\"", "message_size=\"4-5MB\""});
     CHECK((std::isnan(bw) || bw == Approx(ar_busbw(4u << 20, 4, 200 * us)).epsilon(0.02)));
-    CHECK(value_or_zero(sample(text, "ncclinsp_ops_total", {"collective=\"AllReduce\"", "message_size=\"4MiB-8MiB\""})) ==
-          0);
+    CHECK(value_or_zero(
+              sample(text, "ncclinsp_ops_total", {"collective=\"AllReduce\"", "message_size=\"4MiB-8MiB\""})) == 0);
     // ... and never lost: each replay counted by why it has no GPU timing.
     CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"foreign_timestamps\""}) == 10);
     CHECK(total(text, "ncclinsp_inflight_ops") == 0);
@@ -199,9 +201,10 @@ TEST_CASE("2.28 2.30 graph replays mixed with eager launches - KernelCh carry an
   }
 }
 
-TEST_CASE("2.31.2 captured symmetric collective - channels announced and no KernelCh ever - symmetric_sched.cc "
-          "ncclProfilerStartTaskEvents",
-          "[conformance][graph][symmetric]") {
+TEST_CASE(
+    "2.31.2 captured symmetric collective - channels announced and no KernelCh ever - symmetric_sched.cc "
+    "ncclProfilerStartTaskEvents",
+    "[conformance][graph][symmetric]") {
   const auto& rel = sim::release_2_31_2;
   const std::string dir = fresh_dir("conf_capsym");
   auto env = env_for(dir);
@@ -234,9 +237,10 @@ TEST_CASE("2.31.2 captured symmetric collective - channels announced and no Kern
 
 // ---- symmetric kernels --------------------------------------------------------------------------
 
-TEST_CASE("2.27 2.28 2.30 symmetric collectives are invisible - no Coll and no KernelCh - "
-          "ncclSymmetricTaskScheduler",
-          "[conformance][symmetric]") {
+TEST_CASE(
+    "2.27 2.28 2.30 symmetric collectives are invisible - no Coll and no KernelCh - "
+    "ncclSymmetricTaskScheduler",
+    "[conformance][symmetric]") {
   for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("syminv", [rel](const std::string&) {
@@ -292,9 +296,10 @@ TEST_CASE("2.31.2 symmetric multi-task plan - only the head task gets KernelCh -
 
 // ---- CollNet (SHARP) ------------------------------------------------------------------------------
 
-TEST_CASE("2.27 2.28 2.30 2.31.2 CollNet collective - nChannels 0 up to 2.30 while KernelCh arrive - enqueue.cc "
-          "scheduleCollTasksToPlan",
-          "[conformance][collnet]") {
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 CollNet collective - nChannels 0 up to 2.30 while KernelCh arrive - enqueue.cc "
+    "scheduleCollTasksToPlan",
+    "[conformance][collnet]") {
   for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("collnet", [rel](const std::string&) {
@@ -404,9 +409,10 @@ TEST_CASE("2.31.2 one KernelCh in ten ends before it begins - the op is not GPU-
   CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"rejected_timestamps\""}) == 10);
 }
 
-TEST_CASE("2.27 2.28 2.30 KernelCh stop on a stale kernelEventHandle - counted once - transport/profiler.cc "
-          "profilerProxyProgress",
-          "[conformance][stale]") {
+TEST_CASE(
+    "2.27 2.28 2.30 KernelCh stop on a stale kernelEventHandle - counted once - transport/profiler.cc "
+    "profilerProxyProgress",
+    "[conformance][stale]") {
   for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("stale", [rel](const std::string&) {
@@ -438,26 +444,26 @@ TEST_CASE("2.27 2.28 2.30 KernelCh stop on a stale kernelEventHandle - counted o
 
 // ---- proxy steps -----------------------------------------------------------------------------------
 
-TEST_CASE("2.28 2.30 2.31.2 recv ProxyStep re-started on every pass - its slot is reused - transport/net.cc "
-          "recvProxyProgress",
-          "[conformance][proxy]") {
+TEST_CASE(
+    "2.28 2.30 2.31.2 recv ProxyStep re-started on every pass - its slot is reused - transport/net.cc "
+    "recvProxyProgress",
+    "[conformance][proxy]") {
   for (const auto* rel : {&sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
-    const std::string text = run(
-        "restart",
-        [rel](const std::string&) {
-          job j(*rel);
-          auto cfg = comm_cfg(*rel, 0x6b, "restart", 2, 2, 0);
-          cfg.recv_step_restarts = 3;
-          sim::comm_driver c(j.lib, cfg);
-          for (int i = 0; i < 400; ++i) {
-            const auto p = c.enqueue(all_reduce(8u << 20, 2, 0));
-            c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
-          }
-          c.finalize();
-          return 0;
-        },
-        {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
+    const std::string text = run("restart",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   auto cfg = comm_cfg(*rel, 0x6b, "restart", 2, 2, 0);
+                                   cfg.recv_step_restarts = 3;
+                                   sim::comm_driver c(j.lib, cfg);
+                                   for (int i = 0; i < 400; ++i) {
+                                     const auto p = c.enqueue(all_reduce(8u << 20, 2, 0));
+                                     c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
+                                   }
+                                   c.finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
     INFO(text.substr(0, 3000));
     CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"table_full\""}) == 0);
     // 400 ops x 2 channels x 2 steps, each direction.
@@ -470,22 +476,21 @@ TEST_CASE("2.28 2.31.2 CollNet ProxyOps are started and never stopped - bounded 
           "[conformance][proxy]") {
   for (const auto* rel : {&sim::release_2_28, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
-    const std::string text = run(
-        "unstopped",
-        [rel](const std::string&) {
-          job j(*rel);
-          sim::comm_driver c(j.lib, comm_cfg(*rel, 0x6c, "unstopped", 2, 2, 0));
-          sim::op_desc d = all_reduce(8u << 20, 2, 0);
-          d.collnet = true;
-          d.algo = "COLLNET_CHAIN";
-          for (int i = 0; i < 2000; ++i) {
-            const auto p = c.enqueue(d);
-            c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
-          }
-          c.finalize();
-          return 0;
-        },
-        {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
+    const std::string text = run("unstopped",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   sim::comm_driver c(j.lib, comm_cfg(*rel, 0x6c, "unstopped", 2, 2, 0));
+                                   sim::op_desc d = all_reduce(8u << 20, 2, 0);
+                                   d.collnet = true;
+                                   d.algo = "COLLNET_CHAIN";
+                                   for (int i = 0; i < 2000; ++i) {
+                                     const auto p = c.enqueue(d);
+                                     c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
+                                   }
+                                   c.finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
     INFO(text.substr(0, 3000));
     CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"table_full\""}) == 0);
     CHECK(total(text, "ncclinsp_proxy_steps_total") == 2000 * 2 * 2 * 2);
@@ -495,9 +500,10 @@ TEST_CASE("2.28 2.31.2 CollNet ProxyOps are started and never stopped - bounded 
 
 // ---- threads ---------------------------------------------------------------------------------------
 
-TEST_CASE("2.28 2.31.2 Coll events from three threads at once - user, CUDA host-callback, async group thread - "
-          "group.cc groupLaunchNonBlocking",
-          "[conformance][threads]") {
+TEST_CASE(
+    "2.28 2.31.2 Coll events from three threads at once - user, CUDA host-callback, async group thread - "
+    "group.cc groupLaunchNonBlocking",
+    "[conformance][threads]") {
   for (const auto* rel : {&sim::release_2_28, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("threads", [rel](const std::string&) {
@@ -546,9 +552,10 @@ TEST_CASE("2.28 2.31.2 Coll events from three threads at once - user, CUDA host-
 
 // ---- teardown --------------------------------------------------------------------------------------
 
-TEST_CASE("2.28 2.30 2.31.2 abort leaves events open - proxy.cc ncclProxyProgressDestroy abortFlag and "
-          "profilerPurgeByContext",
-          "[conformance][teardown]") {
+TEST_CASE(
+    "2.28 2.30 2.31.2 abort leaves events open - proxy.cc ncclProxyProgressDestroy abortFlag and "
+    "profilerPurgeByContext",
+    "[conformance][teardown]") {
   for (const auto* rel : {&sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
     const std::string text = run("abort", [rel](const std::string&) {
@@ -561,7 +568,7 @@ TEST_CASE("2.28 2.30 2.31.2 abort leaves events open - proxy.cc ncclProxyProgres
         c.start_only(p, t0 + 1000 * us);
       }
       c.enqueue(all_reduce(8u << 20, 2, 0));  // enqueued, never started
-      c.finalize();  // 2.31.2: profilerPurgeByContext first; the plugin sees the same
+      c.finalize();                           // 2.31.2: profilerPurgeByContext first; the plugin sees the same
       return 0;
     });
     CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 1);
@@ -571,9 +578,10 @@ TEST_CASE("2.28 2.30 2.31.2 abort leaves events open - proxy.cc ncclProxyProgres
   }
 }
 
-TEST_CASE("2.28 events after finalize on communicators sharing a proxy - ignored - proxy.cc "
-          "ncclProxyProgressDestroy",
-          "[conformance][teardown]") {
+TEST_CASE(
+    "2.28 events after finalize on communicators sharing a proxy - ignored - proxy.cc "
+    "ncclProxyProgressDestroy",
+    "[conformance][teardown]") {
   const auto& rel = sim::release_2_28;
   const std::string text = run("after", [&](const std::string&) {
     job j(rel);
@@ -594,28 +602,28 @@ TEST_CASE("2.28 events after finalize on communicators sharing a proxy - ignored
   CHECK(total(text, "ncclinsp_inflight_ops") == 0);
 }
 
-TEST_CASE("2.30 2.31.2 an init error never unloads the plugin under live communicators - plugin/profiler.cc "
-          "ncclProfilerPluginInit",
-          "[conformance][teardown]") {
+TEST_CASE(
+    "2.30 2.31.2 an init error never unloads the plugin under live communicators - plugin/profiler.cc "
+    "ncclProfilerPluginInit",
+    "[conformance][teardown]") {
   for (const auto* rel : {&sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
     // More communicators than the plugin's table holds (4096): the one past it must not fail init.
-    const std::string text = run(
-        "initerr",
-        [rel](const std::string&) {
-          job j(*rel);
-          std::vector<std::unique_ptr<sim::comm_driver>> comms;
-          for (int i = 0; i < 4097; ++i)
-            comms.push_back(std::make_unique<sim::comm_driver>(
-                j.lib, comm_cfg(*rel, 0x1000 + std::uint64_t(i), i == 0 ? "first" : "many")));
-          for (const auto& c : comms)
-            if (c->init_result() != ncclinsp::abi::success) return 3;
-          const auto p = comms[0]->enqueue(all_reduce(8u << 20, 2, 0));
-          comms[0]->complete(p, span(t0, 300 * us, 2));
-          for (auto& c : comms) c->finalize();
-          return 0;
-        },
-        {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "4"}, {"NCCL_INSPECTOR_P2P_POOL_SIZE", "4"}});
+    const std::string text = run("initerr",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   std::vector<std::unique_ptr<sim::comm_driver>> comms;
+                                   for (int i = 0; i < 4097; ++i)
+                                     comms.push_back(std::make_unique<sim::comm_driver>(
+                                         j.lib, comm_cfg(*rel, 0x1000 + std::uint64_t(i), i == 0 ? "first" : "many")));
+                                   for (const auto& c : comms)
+                                     if (c->init_result() != ncclinsp::abi::success) return 3;
+                                   const auto p = comms[0]->enqueue(all_reduce(8u << 20, 2, 0));
+                                   comms[0]->complete(p, span(t0, 300 * us, 2));
+                                   for (auto& c : comms) c->finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "4"}, {"NCCL_INSPECTOR_P2P_POOL_SIZE", "4"}});
     CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"first\""}) == 1);
     CHECK(sample(text, "ncclinsp_info", {"final=\"1\""}) == 1);
     CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 1);
@@ -624,9 +632,10 @@ TEST_CASE("2.30 2.31.2 an init error never unloads the plugin under live communi
 
 // ---- masks -----------------------------------------------------------------------------------------
 
-TEST_CASE("2.31.2 RAS mask override with Coll and without KernelCh - no false hang - plugin/profiler.cc "
-          "ncclProfilerSetRasOverride",
-          "[conformance][mask]") {
+TEST_CASE(
+    "2.31.2 RAS mask override with Coll and without KernelCh - no false hang - plugin/profiler.cc "
+    "ncclProfilerSetRasOverride",
+    "[conformance][mask]") {
   const auto& rel = sim::release_2_31_2;
   const std::string dir = fresh_dir("conf_ras");
   REQUIRE(in_child(env_for(dir), [&] {
