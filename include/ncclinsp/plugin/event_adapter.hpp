@@ -67,6 +67,13 @@ class event_adapter {
 
   const adapter_config& config() const noexcept { return cfg_; }
 
+  /// NCCL's process-wide activation mask (the `eActivationMask` every init gets; cold, at init). A
+  /// RAS override may clear KernelCh in it after init: ops that then cannot get KernelCh events are
+  /// settled at their stop instead of waiting for channels (never a false hang).
+  void watch_mask(int* mask) noexcept {
+    if (mask) mask_.store(mask, std::memory_order_relaxed);
+  }
+
   // ---- startEvent ------------------------------------------------------------------------------
   template <class Descr>
   NCCLINSP_INLINE result_t start_event(void* context, void** handle, const Descr* d) noexcept {
@@ -80,6 +87,15 @@ class event_adapter {
     }
     if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg_.traces) NCCLINSP_LIKELY
       return start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if constexpr (requires { d->collApi; }) {
+      // A CUDA-graph capture's CollApi/P2pApi: an inert handle, which the capture's replays carry as
+      // their Coll/P2p parentObj (NCCL emits the API events only at capture).
+      if (type == abi::ev_coll_api || type == abi::ev_p2p_api) {
+        if (type == abi::ev_coll_api ? d->collApi.graphCaptured : d->p2pApi.graphCaptured)
+          *handle = as_handle(encode(handle_kind::group, 0, 0, 0, aux_captured_api));
+        return abi::success;
+      }
+    }
     // Types that get no handle (the API and Group ancestors NCCL emits anyway, types a RAS mask
     // override enables, KernelPhase) return here: nothing is looked up.
     if (!(type &
@@ -117,9 +133,10 @@ class event_adapter {
     const auto in = reg_.enter();
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
-    if (type == abi::ev_proxy_step) proxy_.start_step(handle, d->parentObj);
+    if (type == abi::ev_proxy_step) proxy_.start_step(handle, d->parentObj, d->proxyStep.step);
     if (type == abi::ev_proxy_op)
-      proxy_.start_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
+      proxy_.start_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0,
+                      d->proxyOp.channelId);
     if constexpr (requires { d->ceColl; }) {
       if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
     }
@@ -131,8 +148,15 @@ class event_adapter {
     if (k.kind == handle_kind::channel) {
       const comm_registry::channel_hold h(reg_, k);
       if (!h) return abi::success;
+      op_slot& s = h.op();
+      if (s.expected_ch <= 64) {  // a channel ends once (a stale kernelEventHandle's stop is ignored)
+        const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63),
+                            seen = s.ch_stop_seen.load(std::memory_order_relaxed);
+        if (seen & bit) return abi::success;
+        s.ch_stop_seen.store(seen | bit, std::memory_order_relaxed);
+      }
       if (h.comm().traces) h.comm().traces[k.slot].channel_stopped(k.channel);
-      count_channel_end(h.comm(), h.op(), k.slot);
+      count_channel_end(h.comm(), s, k.slot);
       return abi::success;
     }
     const auto in = reg_.enter();
@@ -154,7 +178,8 @@ class event_adapter {
     // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
     if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
     s.enq_stopped.store(true, std::memory_order_relaxed);
-    if (cs->traces) NCCLINSP_UNLIKELY cs->traces[k.slot].op_stopped();
+    if (cs->traces) NCCLINSP_UNLIKELY
+      cs->traces[k.slot].op_stopped();
     if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
     drop_ref(*cs, k.slot, s);
     return abi::success;
@@ -180,7 +205,15 @@ class event_adapter {
     const comm_registry::channel_hold h(reg_, k);
     if (!h) return abi::success;
     op_slot& s = h.op();
-    if (gpu_start) relaxed_min(s.gpu_lo, gpu_start);
+    if (gpu_start) {
+      relaxed_min(s.gpu_lo, gpu_start);
+      // A channel runs one work at a time: a replay's start before the channel's last accepted stop is
+      // an earlier work's (up to 2.30 a replay after an eager launch reads the previous device-ring slot).
+      if (s.replay && gpu_start < h.comm().ch_last_stop[channel].load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
+        reject(s, filter_reason::foreign_timestamps);
+    }
+    if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
+      s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if constexpr (Rare) {
       if (!gpu_start) {
         s.gpu_missing.store(true, std::memory_order_relaxed);
@@ -200,10 +233,23 @@ class event_adapter {
     const comm_registry::channel_hold h(reg_, k);
     if (!h) return abi::success;
     op_slot& s = h.op();
-    if (gpu_stop)
-      relaxed_max(s.gpu_hi, gpu_stop);
-    else
+    // A channel ends once: a second stop names a stale kernelEventHandle (NCCL up to 2.31.0a0).
+    if (s.expected_ch <= 64) {
+      const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63), seen = s.ch_seen.load(std::memory_order_relaxed);
+      if (seen & bit) NCCLINSP_UNLIKELY
+        return abi::success;
+      s.ch_seen.store(seen | bit, std::memory_order_relaxed);
+    }
+    if (gpu_stop) {
+      if (gpu_stop <= s.gpu_lo.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY {
+        reject(s, filter_reason::rejected_timestamps);  // ends before the op began: another work's end
+      } else {
+        relaxed_max(s.gpu_hi, gpu_stop);
+        if (!s.ts_reject.load(std::memory_order_relaxed)) relaxed_max(h.comm().ch_last_stop[k.channel], gpu_stop);
+      }
+    } else {
       s.gpu_missing.store(true, std::memory_order_relaxed);
+    }
     if constexpr (Rare) {
       if (cfg_.traces) {
         if (h.comm().traces) h.comm().traces[k.slot].channel_recorded(k.channel, gpu_stop);
@@ -221,9 +267,19 @@ class event_adapter {
       relaxed_max(s.cpu_hi, detail::steady_ns());
     const std::uint32_t ended = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(ended, std::memory_order_relaxed);
-    if (ended != s.expected_ch) return;
+    // An op of unknown channel count ends with the last channel that started: NCCL's proxy starts an
+    // op's channels in one pass, before any of them ends (its channels run in one kernel).
+    if (ended != s.expected_ch &&
+        (s.expected_ch != unknown_channels || ended != s.ch_started.load(std::memory_order_relaxed)))
+      return;
     complete(cs, s, /*enqueue_only=*/false);
     drop_ref(cs, slot, s);
+  }
+
+  /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
+  NCCLINSP_OUTLINE static void reject(op_slot& s, filter_reason why) noexcept {
+    if (!s.ts_reject.load(std::memory_order_relaxed))
+      s.ts_reject.store(static_cast<std::uint8_t>(why), std::memory_order_relaxed);
   }
 
   static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
@@ -256,7 +312,7 @@ class event_adapter {
     s.rec.dt = rec.dt;
     s.rec.bytes = rec.bytes;
     s.rec.bytes_valid = rec.bytes_valid;
-    s.rec.channels = static_cast<std::uint16_t>(channels);
+    s.rec.channels = static_cast<std::uint16_t>(channels == unknown_channels ? 0 : channels);
     s.expected_ch = channels;
     s.is_ce = ce;
     s.proxy_sampled = false;
@@ -267,10 +323,17 @@ class event_adapter {
     s.cpu_hi.store(0, std::memory_order_relaxed);
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
+    s.ch_started.store(0, std::memory_order_relaxed);
+    s.ch_seen.store(0, std::memory_order_relaxed);
+    s.ch_stop_seen.store(0, std::memory_order_relaxed);
+    s.ts_reject.store(0, std::memory_order_relaxed);
+    s.settle = 0;
+    s.replay = false;
     // References: the channel side (the last channel completes the op), and the op's stop when it
     // completes the op (no channels) or, with traces, records its time (see stop_slow).
     s.refs.store(channels && !ce && cfg_.traces ? 2 : 1, std::memory_order_relaxed);
-    if (cs.traces) NCCLINSP_UNLIKELY cs.traces[idx].op_started();
+    if (cs.traces) NCCLINSP_UNLIKELY
+      cs.traces[idx].op_started();
     s.started_at.store(detail::coarse_ns(), std::memory_order_release);
     col_.note_started(cs.handle);
     return idx;
@@ -286,13 +349,26 @@ class event_adapter {
   result_t start_coll(void* context, void** handle, const Descr* d) noexcept {
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const std::uint32_t idx =
-        begin_op(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, d->coll.nChannels, false);
+    const algo alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    std::uint32_t channels = d->coll.nChannels;
+    std::uint8_t settle = no_kernel_events_now() ? static_cast<std::uint8_t>(filter_reason::no_kernel_events) : 0;
+    // CollNet (2.27 - 2.30): scheduleCollTasksToPlan leaves nChannels 0, yet KernelCh arrive.
+    if (channels == 0 && (alg == algo::collnet_direct || alg == algo::collnet_chain)) channels = unknown_channels;
+    if constexpr (requires { d->coll.isSymColl; }) {
+      // 2.31.2 runs a captured symmetric collective's uninstrumented kernel: channels announced, no
+      // KernelCh ever (symmetric_sched.cc).
+      if (d->coll.isSymColl && is_captured(d->parentObj))
+        settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+    }
+    if (settle) channels = 0;  // settled at its stop
+    const std::uint32_t idx = begin_op(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
+    cs->ops[idx].settle = settle;
+    cs->ops[idx].replay = is_captured(d->parentObj);
     r.seq = d->coll.seqNumber;
     cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg_.proxy_sample == 0;  // same ops on every rank
-    r.alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    r.alg = alg;
     r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
     if constexpr (requires { d->coll.userTag; }) {
       r.user_tag = d->coll.userTag;
@@ -305,15 +381,28 @@ class event_adapter {
     return abi::success;
   }
 
+  /// Whether NCCL's mask has KernelCh off now (a RAS override): no op started now gets KernelCh.
+  bool no_kernel_events_now() const noexcept {
+    int* m = mask_.load(std::memory_order_relaxed);
+    return m && !(std::atomic_ref<int>(*m).load(std::memory_order_relaxed) & abi::ev_kernel_ch);
+  }
+  static bool is_captured(const void* parent) noexcept {
+    const decoded k = decode(parent);
+    return k.kind == handle_kind::group && (k.channel & aux_kind_mask) == aux_captured_api;
+  }
+
   template <class Descr>
   result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
     if (!cfg_.p2p) return abi::success;
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const std::uint32_t idx =
-        begin_op(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype, d->p2p.nChannels, false);
+    const bool no_kernel_events = no_kernel_events_now();
+    const std::uint32_t idx = begin_op(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
+                                       no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
+    if (no_kernel_events) cs->ops[idx].settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+    cs->ops[idx].replay = is_captured(d->parentObj);
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
     cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg_.proxy_sample == 0;
@@ -342,26 +431,33 @@ class event_adapter {
 
   /// Builds the record from the channel timestamps and hands it to the collector.
   NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
+    s.started_at.store(0, std::memory_order_relaxed);
+    // Never published as GPU-timed, counted by why: KernelCh that cannot come, KernelCh timestamps
+    // that cannot be the op's, and a span that is the host enqueue only (copy-engine collectives,
+    // ops without channels).
+    std::uint8_t why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
+    if (enqueue_only && !why) why = static_cast<std::uint8_t>(filter_reason::enqueue_only);
+    if (why) {
+      col_.note_filtered(cs.handle, static_cast<filter_reason>(why));
+      return;
+    }
     op_record r = s.rec;
+    if (s.expected_ch == unknown_channels)
+      r.channels = static_cast<std::uint16_t>(s.ch_started.load(std::memory_order_relaxed));
     const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
-    if (!enqueue_only && !s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
+    if (!s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
       r.timing = timing_source::kernel_gpu;
       r.start_ns = glo;
       r.end_ns = ghi;
-    } else if (!enqueue_only && s.cpu_lo.load(std::memory_order_relaxed)) {
-      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times
+    } else if (s.cpu_lo.load(std::memory_order_relaxed) && !cfg_.require_kernel_timing) {
+      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times, on request
       r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
       r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
     } else {
-      r.timing = timing_source::collective_cpu;  // CE ops, ops without channels: enqueue span only
-      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
-      r.end_ns = detail::steady_ns();
-      if (!r.start_ns) r.start_ns = r.end_ns;
-    }
-    s.started_at.store(0, std::memory_order_relaxed);
-    if (r.timing != timing_source::kernel_gpu && cfg_.require_kernel_timing && !s.is_ce)
       col_.note_filtered(cs.handle, filter_reason::no_gpu_timing);
-    else if (cs.traces) NCCLINSP_UNLIKELY {
+      return;
+    }
+    if (cs.traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs.traces[cs.ops.index_of(s)];
       tr.t.stop_sn = tr.stop_sn.load(std::memory_order_acquire);  // 0: the op's stop came later
       tr.t.stop_cpu_ns = tr.stop_cpu_ns.load(std::memory_order_relaxed);
@@ -384,6 +480,7 @@ class event_adapter {
   collector<>& col_;
   const adapter_config cfg_;
   proxy_events proxy_;
+  std::atomic<int*> mask_{nullptr};  // NCCL's activation mask (watch_mask)
 };
 
 }  // namespace ncclinsp::plugin
