@@ -171,7 +171,10 @@ class comm_driver {
     const std::size_t n = std::min(ops.size(), detail::max_timed_ops);
     for (std::size_t i = 0; i < n; ++i) {
       sent[i] = ops[i];
-      if (!ops[i].kernel.empty()) sent[i].kernel = device_ring(*ops[i].op, ops[i].kernel, seen[i]);
+      if (!ops[i].kernel.empty()) {
+        const auto carried = device_ring(*ops[i].op, ops[i].kernel, seen[i]);
+        if (carried.data() != ops[i].kernel.data()) sent[i].sent = carried;  // events keep their times
+      }
     }
     visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(sent, n), wait); });
   }

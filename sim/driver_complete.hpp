@@ -81,6 +81,20 @@ void complete_channels(const emitter<V>& e, const pending_op& p, std::span<const
   const bool want_proxy = finish && p.network && (p.mask & gate::proxy_op) != 0;
   const bool want_phase = V >= 7 && p.symmetric && (p.mask & abi::ev_kernel_phase) != 0;
   if (finish && (load_mask() & abi::ev_proxy_ctrl)) e.proxy_ctrl(p.n_channels);
+  if (p.collnet && finish && want_kch) {
+    // CollNet: the op announced no channel count; NCCL's proxy starts every channel's KernelCh in one
+    // pass over the op's subs before any of them ends (its channels run in one kernel).
+    void* kh[64] = {};
+    const std::uint8_t n = p.n_channels < 64 ? p.n_channels : 64;
+    for (std::uint8_t i = 0; i < n; ++i) {
+      const kernel_time& kt = t[i < t.size() ? i : t.size() - 1];
+      kh[i] = e.kernel_ch(d, p.task_handle, std::uint8_t(p.channel_lo + i), kt.start_ns);
+      if (last_kch && kh[i]) last_kch[(p.channel_lo + i) % 64] = kh[i];
+      if (want_proxy) proxy_ops_for_channel<V>(e, p, std::uint8_t(p.channel_lo + i), d);
+    }
+    for (std::uint8_t i = 0; i < n; ++i) e.kernel_ch_stop(kh[i], t[i < t.size() ? i : t.size() - 1].stop_ns);
+    return;
+  }
   for (std::uint8_t i = 0; i < p.n_channels; ++i) {
     const kernel_time& kt = t[i < t.size() ? i : t.size() - 1];
     const std::uint8_t ch = std::uint8_t(p.channel_lo + i);

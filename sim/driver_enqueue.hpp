@@ -93,6 +93,7 @@ class enqueue_sequence {
     p.n_channels = op.n_channels;
     p.replay = mode_ == enqueue_mode::replay;
     p.proxy_unstopped = op.collnet;  // CollNet proxies start their ProxyOps and never stop them
+    p.collnet = op.collnet;
     if (op.kind == op_kind::coll) {
       if (p.symmetric) {
         p.channel_lo = 0;

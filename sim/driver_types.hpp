@@ -68,6 +68,7 @@ struct pending_op {
   bool stale_timestamps = false;
   bool drifted = false;          ///< 2.31 drift: start is the op's, stop the channel's previous work's
   bool proxy_unstopped = false;  ///< CollNet/SHM/P2P proxies: ProxyOps started, never stopped
+  bool collnet = false;          ///< CollNet: KernelCh starts of every channel come before any stop (one proxy pass)
 };
 
 /// A captured CUDA graph of one communicator: the ops of its API calls and the CollApi/P2pApi handles
@@ -108,6 +109,9 @@ struct timed_op {
   const pending_op* op = nullptr;
   std::span<const kernel_time> kernel;  ///< per channel (as `complete`)
   std::span<const proxy_plan> proxies;  ///< this rank's network ProxyOps of the op (empty: none)
+  /// What the KernelCh events carry, per channel, when it is not `kernel` (a release's device-ring
+  /// effects, set by comm_driver); the events still come at `kernel`'s times. Empty: `kernel`.
+  std::span<const kernel_time> sent{};
 };
 
 struct comm_config {

@@ -97,6 +97,7 @@ class side_thread {
 /// another work's timestamps sent (the plugin must not publish those as GPU-timed).
 struct truth_key {
   u64 comm_hash = 0;
+  int rank = 0;  ///< in the communicator
   int nranks = 0;
   int func = 0;
   u64 bytes = 0;
@@ -380,7 +381,7 @@ struct node_runner {
     if (p.kind == op_kind::ce_coll || nch <= 0) return;
     u64 lo = t[0].start_ns, hi = t[0].stop_ns;
     for (int i = 1; i < nch; ++i) lo = std::min(lo, t[i].start_ns), hi = std::max(hi, t[i].stop_ns);
-    const truth_key k{c.config().comm_hash, c.config().n_ranks, int(p.func), u64(p.bytes)};
+    const truth_key k{c.config().comm_hash, c.config().rank, c.config().n_ranks, int(p.func), u64(p.bytes)};
     truth_sum& s = r.truth[k];
     ++s.ops;
     const bool corrupted = p.stale_timestamps || p.drifted;
@@ -409,13 +410,14 @@ struct node_runner {
     }
     for (const auto& r : ranks)
       for (const auto& [k, v] : r->truth)
-        std::fprintf(f,
-                     "{\"node\":%d,\"global_rank\":%d,\"comm_hash\":\"0x%016llx\",\"nranks\":%d,\"func\":\"%s\","
-                     "\"bytes\":%llu,\"ops\":%llu,\"corrupted\":%llu,\"untimed\":%llu,\"busy_s\":%.9f}\n",
-                     r->node, r->global, static_cast<unsigned long long>(k.comm_hash), k.nranks,
-                     func_name(nccl_func(k.func)), static_cast<unsigned long long>(k.bytes),
-                     static_cast<unsigned long long>(v.ops), static_cast<unsigned long long>(v.corrupted),
-                     static_cast<unsigned long long>(v.untimed), v.busy_s);
+        std::fprintf(
+            f,
+            "{\"node\":%d,\"global_rank\":%d,\"comm_hash\":\"0x%016llx\",\"rank\":%d,\"nranks\":%d,\"func\":\"%s\","
+            "\"bytes\":%llu,\"ops\":%llu,\"corrupted\":%llu,\"untimed\":%llu,\"busy_s\":%.9f}\n",
+            r->node, r->global, static_cast<unsigned long long>(k.comm_hash), k.rank, k.nranks,
+            func_name(nccl_func(k.func)), static_cast<unsigned long long>(k.bytes),
+            static_cast<unsigned long long>(v.ops), static_cast<unsigned long long>(v.corrupted),
+            static_cast<unsigned long long>(v.untimed), v.busy_s);
     std::fclose(f);
   }
 
