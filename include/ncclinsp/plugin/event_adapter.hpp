@@ -16,6 +16,13 @@
 ///    communicator's profiler thread from 2.31), so an op's channel fields have one writer: plain
 ///    load+store, no locked instruction per channel. The op's reset in begin_op happens before NCCL
 ///    hands the op to that thread; the op's own stop on the user thread reads none of them.
+///  - Never a wrong number as GPU-timed, never a false hang, never a lost count: an op whose KernelCh
+///    timestamps cannot be its own (a channel ending before the op began; a CUDA-graph replay
+///    starting before its channel's last stop, an earlier work's device-ring slot), whose timing is
+///    its host enqueue only (CE, no channels), or for which no KernelCh can come (NCCL's live mask
+///    without KernelCh, a captured symmetric collective) is counted by that reason
+///    (filter_reason) instead of published or left in flight. CollNet ops (nChannels 0) end with
+///    the last channel that started. The mask NCCL passes to init is its process-wide one.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads; lookups follow comm_registry.hpp's
 ///    protocol (reader sections, channel holds).
 ///
