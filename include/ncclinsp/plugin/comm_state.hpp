@@ -139,10 +139,12 @@ struct comm_state {
   // handle and gen are written by comm_registry::publish before the state is published.
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null
   std::atomic<std::uint64_t> p2p_seq{0};
-  /// Latest accepted GPU stop per channel id (the channel thread's only): a channel runs one work at a
-  /// time, so a KernelCh starting before it names an earlier work's device-ring slot.
-  std::array<std::atomic<std::uint64_t>, 256> ch_last_stop{};
-  proxy_table* proxy = nullptr;  // owned by the collector; null without NCCLINSP_PROXY
+  /// Per channel id (mod 64), the GPU end of the last op timed on it, written at that op's completion
+  /// (the channel thread's only): a communicator's kernels run one after the other, so a replay's
+  /// KernelCh starting before it names an earlier work's device-ring slot.
+  std::array<std::atomic<std::uint64_t>, 64> ch_last_stop{};
+  std::atomic<bool> graphs{false};  // a CUDA graph was captured on it: ch_last_stop is kept (set once)
+  proxy_table* proxy = nullptr;     // owned by the collector; null without NCCLINSP_PROXY
   std::uint32_t step_count;
   std::unique_ptr<proxy_step_slot[]> steps;
   /// Open steps by key hash (step slot + 1, 0 = none): a step NCCL re-starts on every pass
@@ -162,6 +164,7 @@ struct comm_state {
     }
     p2p_seq.store(0, std::memory_order_relaxed);
     for (auto& t : ch_last_stop) t.store(0, std::memory_order_relaxed);
+    graphs.store(false, std::memory_order_relaxed);
   }
 };
 

@@ -65,6 +65,9 @@ struct adapter_config {
   bool require_kernel_timing = false;  ///< ops without GPU timing are filtered (CE ops exempt)
   bool traces = false;                 ///< per-callback traces (verbose JSON, trace sink)
   pid_t pid = 0;                       ///< this process (ProxyOps of another pid are PXN ops)
+  /// NCCL up to 2.31.0a0 (ABI <= 6) can stop a KernelCh on a stale kernelEventHandle: each channel
+  /// of an op is then ended once only (a per-op bitmask; 2.31.2 guards it, so v7 skips the check).
+  bool stale_channel_stops = true;
 };
 
 class event_adapter {
@@ -98,8 +101,8 @@ class event_adapter {
       // A CUDA-graph capture's CollApi/P2pApi: an inert handle, which the capture's replays carry as
       // their Coll/P2p parentObj (NCCL emits the API events only at capture).
       if (type == abi::ev_coll_api || type == abi::ev_p2p_api) {
-        if (type == abi::ev_coll_api ? d->collApi.graphCaptured : d->p2pApi.graphCaptured)
-          *handle = as_handle(encode(handle_kind::group, 0, 0, 0, aux_captured_api));
+        if (type == abi::ev_coll_api ? d->collApi.graphCaptured : d->p2pApi.graphCaptured) NCCLINSP_UNLIKELY
+          return start_captured_api(context, handle);
         return abi::success;
       }
     }
@@ -150,13 +153,23 @@ class event_adapter {
     return abi::success;
   }
 
+  /// A CUDA-graph capture's CollApi/P2pApi (rare): the inert captured handle, and its communicator
+  /// starts keeping its channels' last GPU ends (which its replays are checked against).
+  NCCLINSP_OUTLINE result_t start_captured_api(void* context, void** handle) noexcept {
+    *handle = as_handle(encode(handle_kind::group, 0, 0, 0, aux_captured_api));
+    const auto in = reg_.enter();
+    if (comm_state* cs = reg_.from_context(context); cs && !cs->graphs.load(std::memory_order_relaxed))
+      cs->graphs.store(true, std::memory_order_relaxed);
+    return abi::success;
+  }
+
   /// stopEvent of a channel (traces on), an op (Coll, P2p, CE: enqueued) or a group handle (ProxyStep, inert).
   NCCLINSP_OUTLINE result_t stop_slow(const decoded k) noexcept {
     if (k.kind == handle_kind::channel) {
       const comm_registry::channel_hold h(reg_, k);
       if (!h) return abi::success;
       op_slot& s = h.op();
-      if (s.expected_ch <= 64) {  // a channel ends once (a stale kernelEventHandle's stop is ignored)
+      if (cfg_.stale_channel_stops && s.expected_ch <= 64) {  // a channel ends once (see end_channel)
         const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63),
                             seen = s.ch_stop_seen.load(std::memory_order_relaxed);
         if (seen & bit) return abi::success;
@@ -216,7 +229,7 @@ class event_adapter {
       relaxed_min(s.gpu_lo, gpu_start);
       // A channel runs one work at a time: a replay's start before the channel's last accepted stop is
       // an earlier work's (up to 2.30 a replay after an eager launch reads the previous device-ring slot).
-      if (s.replay && gpu_start < h.comm().ch_last_stop[channel].load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
+      if (s.replay && gpu_start < h.comm().ch_last_stop[channel & 63].load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
         reject(s, filter_reason::foreign_timestamps);
     }
     if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
@@ -241,7 +254,7 @@ class event_adapter {
     if (!h) return abi::success;
     op_slot& s = h.op();
     // A channel ends once: a second stop names a stale kernelEventHandle (NCCL up to 2.31.0a0).
-    if (s.expected_ch <= 64) {
+    if (cfg_.stale_channel_stops && s.expected_ch <= 64) {
       const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63), seen = s.ch_seen.load(std::memory_order_relaxed);
       if (seen & bit) NCCLINSP_UNLIKELY
         return abi::success;
@@ -252,7 +265,6 @@ class event_adapter {
         reject(s, filter_reason::rejected_timestamps);  // ends before the op began: another work's end
       } else {
         relaxed_max(s.gpu_hi, gpu_stop);
-        if (!s.ts_reject.load(std::memory_order_relaxed)) relaxed_max(h.comm().ch_last_stop[k.channel], gpu_stop);
       }
     } else {
       s.gpu_missing.store(true, std::memory_order_relaxed);
@@ -284,7 +296,7 @@ class event_adapter {
   }
 
   /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
-  NCCLINSP_OUTLINE static void reject(op_slot& s, filter_reason why) noexcept {
+  NCCLINSP_INLINE static void reject(op_slot& s, filter_reason why) noexcept {
     if (!s.ts_reject.load(std::memory_order_relaxed))
       s.ts_reject.store(static_cast<std::uint8_t>(why), std::memory_order_relaxed);
   }
@@ -456,6 +468,11 @@ class event_adapter {
       r.timing = timing_source::kernel_gpu;
       r.start_ns = glo;
       r.end_ns = ghi;
+      // Its channels are busy until its end: a later replay starting on one before then is not itself
+      // (ch_seen: kept where replays can read stale slots, ABI <= 6).
+      if (cs.graphs.load(std::memory_order_relaxed))
+        for (std::uint64_t m = s.ch_seen.load(std::memory_order_relaxed); m; m &= m - 1)
+          relaxed_max(cs.ch_last_stop[static_cast<std::size_t>(__builtin_ctzll(m))], ghi);
     } else if (s.cpu_lo.load(std::memory_order_relaxed) && !cfg_.require_kernel_timing) {
       r.timing = timing_source::kernel_cpu;  // proxy-observed channel times, on request
       r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);

@@ -191,7 +191,8 @@ class plugin_state {
                                     .proxy_sample = opts_.proxy_sample,
                                     .require_kernel_timing = opts_.require_kernel_timing,
                                     .traces = col_->options().record_traces,
-                                    .pid = ::getpid()});
+                                    .pid = ::getpid(),
+                                    .stale_channel_stops = abi_version <= 6});
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
