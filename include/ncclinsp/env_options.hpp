@@ -66,6 +66,8 @@ struct env_options {
   std::uint32_t detect_recent = 3;          ///< NCCLINSP_DETECT_RECENT: windows in the recent median
   std::uint32_t detect_baseline = 30;       ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
   std::uint32_t detect_min_ops = 8;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
+  std::uint32_t detect_persist_s = 10;      ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
+  std::uint32_t detect_deep_pct = 70;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
   bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
   std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----
@@ -209,6 +211,8 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
   e.integer("NCCLINSP_DETECT_RECENT", o.detect_recent, 1, 64);
   e.integer("NCCLINSP_DETECT_BASELINE", o.detect_baseline, 1, 64);
   e.integer("NCCLINSP_DETECT_MIN_OPS", o.detect_min_ops, 1, 1 << 20);
+  e.integer("NCCLINSP_DETECT_PERSIST_S", o.detect_persist_s, 0, 3600);
+  e.integer("NCCLINSP_DETECT_DEEP_PCT", o.detect_deep_pct, 1, 99);
   e.boolean("NCCLINSP_PROXY", o.proxy);
   e.integer("NCCLINSP_PROXY_SAMPLE", o.proxy_sample, 1, 1 << 20);
   if (const char* v = e.raw("NCCLINSP_DROP_LABELS")) {
@@ -265,7 +269,8 @@ inline std::string env_options::describe() const {
                         " compat_gauges=" + (compat_gauges ? "1" : "0") + " max_series=" + std::to_string(max_series));
   kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" +
                             std::to_string(detect_recent) + " baseline=" + std::to_string(detect_baseline) +
-                            " min_ops=" + std::to_string(detect_min_ops)
+                            " min_ops=" + std::to_string(detect_min_ops) + " sustained after " +
+                            std::to_string(detect_persist_s) + "s or below " + std::to_string(detect_deep_pct) + "%"
                       : std::string("off"));
   kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
   return s;

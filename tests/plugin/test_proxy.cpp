@@ -243,6 +243,7 @@ TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WAR
   env.erase("NCCLINSP_PROXY");
   env["NCCLINSP_INTERVAL"] = "100ms";
   env["NCCLINSP_DETECT_MIN_OPS"] = "4";
+  env["NCCLINSP_DETECT_PERSIST_S"] = "1";  // 15 degraded windows of 100 ms: sustained after 1 s
   REQUIRE(in_child(env, [dir] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(1);

@@ -180,8 +180,14 @@ inline constexpr auto catalogue = std::to_array<metric_family>({
      "In-process detector: 1 while this communicator/collective/size is degraded, else 0.", series_source::busbw, false,
      true, true, [](const series_row& r) { return r.busbw.degraded ? 1.0 : 0.0; }},
     {"ncclinsp_busbw_degradations_total", metric_type::counter, "{event}",
-     "In-process detector: times this communicator/collective/size turned degraded.", series_source::busbw, false, true,
-     true, [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
+     "In-process detector: sustained degradations of this communicator/collective/size (lasted NCCLINSP_DETECT_PERSIST_S or deep).",
+     series_source::busbw, false, true, true, [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
+    {"ncclinsp_busbw_transients_total", metric_type::counter, "{event}",
+     "In-process detector: short degradations (congestion bursts) that recovered before they were sustained.",
+     series_source::busbw, false, true, true, [](const series_row& r) { return static_cast<double>(r.busbw.transients); }},
+    {"ncclinsp_busbw_transient_depth_total", metric_type::counter, "1",
+     "In-process detector: sum over the short degradations of their depth (1 - lowest ratio to baseline); / transients_total = mean depth.",
+     series_source::busbw, false, false, true, [](const series_row& r) { return r.busbw.transient_depth; }},
     {"ncclinsp_dropped_events_total", metric_type::counter, "{event}", "Events lost, by reason (never silent).",
      series_source::gpu_dropped, false, true, false, [](const series_row& r) { return r.value; }},
     {"ncclinsp_filtered_ops_total", metric_type::counter, "{op}",
@@ -349,6 +355,8 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
       same->busbw.ratio = std::min(same->busbw.ratio, b.ratio);
       same->busbw.degraded = same->busbw.degraded || b.degraded;
       same->busbw.degradations += b.degradations;
+      same->busbw.transients += b.transients;
+      same->busbw.transient_depth += b.transient_depth;
     }
   }
 
