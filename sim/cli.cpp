@@ -82,10 +82,12 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   app.add_option(
       "--wobble", wobble,
       "PCT[:PERIOD_S]: healthy fabric wobble, every NIC x (1 + PCT/100 sin(2 pi t / PERIOD_S)), period 120 s");
-  std::string congestion_s, tail_s, pause_s, warmup_s;
+  std::vector<std::string> congestion_s;
+  std::string tail_s, pause_s, warmup_s;
   app.add_option("--congestion", congestion_s,
                  "GAP_S:LEN_S:PCT[:fabric|rail|nic]: congestion bursts, mean quiet gap GAP_S, each uniform "
-                 "[LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail or one NIC (drawn per burst)");
+                 "[LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail or one NIC (drawn per burst); "
+                 "repeatable");
   app.add_option("--heavy-tail", tail_s, "FRAC[:MAX]: this share of ops runs 2..MAX (10) x slower, log-uniform");
   app.add_option("--pause", pause_s, "EVERY_S:LEN_S: every EVERY_S s of job time no collective runs for LEN_S s");
   app.add_option("--warmup", warmup_s, "S:PCT: links PCT % slower at the start, nominal again linearly by S s");
@@ -162,15 +164,18 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     return v.size() >= lo_n && v.size() <= hi_n;
   };
   std::vector<double> nv;
-  if (!congestion_s.empty()) {
+  for (const auto& c : congestion_s) {
     std::string scope = "fabric";
-    if (!numbers(congestion_s, 3, 3, nv, &scope) || nv[0] <= 0 || nv[1] <= 0 || nv[2] <= 0 || nv[2] >= 100 ||
+    if (!numbers(c, 3, 3, nv, &scope) || nv[0] <= 0 || nv[1] <= 0 || nv[2] <= 0 || nv[2] >= 100 ||
         (scope != "fabric" && scope != "rail" && scope != "nic"))
-      return std::fprintf(stderr, "bad --congestion %s (GAP_S:LEN_S:PCT[:fabric|rail|nic], GAP_S, LEN_S > 0, 0 < PCT < 100)\n",
-                          congestion_s.c_str()),
+      return std::fprintf(stderr,
+                          "bad --congestion %s (GAP_S:LEN_S:PCT[:fabric|rail|nic], GAP_S, LEN_S > 0, 0 < PCT < 100)\n",
+                          c.c_str()),
              2;
-    o.bursts_cfg = {nv[0], nv[1], nv[2], scope == "rail" ? burst_scope::rail : scope == "nic" ? burst_scope::nic
-                                                                                               : burst_scope::fabric};
+    o.bursts_cfg.push_back({nv[0], nv[1], nv[2],
+                            scope == "rail"  ? burst_scope::rail
+                            : scope == "nic" ? burst_scope::nic
+                                             : burst_scope::fabric});
   }
   if (!tail_s.empty()) {
     if (!numbers(tail_s, 1, 2, nv) || nv[0] <= 0 || nv[0] > 1 || (nv.size() == 2 && nv[1] < 2))
@@ -244,10 +249,12 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     o.hangs.push_back(h);
   }
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
-  if (o.bursts_cfg.gap_s > 0) {  // over the run, its pauses and a margin (a --steps run ends when it ends)
+  if (!o.bursts_cfg.empty()) {  // over the run, its pauses and a margin (a --steps run ends when it ends)
     const model nominal(o);
     const double run = o.end_time(nominal.nominal_step_s);
-    o.bursts = draw_bursts(o.bursts_cfg, o, run * 1.5 + 60 + (o.pause_every_s > 0 ? run / o.pause_every_s * o.pause_len_s : 0));
+    const double pauses = o.pause_every_s > 0 ? run / o.pause_every_s * o.pause_len_s : 0;
+    for (std::size_t i = 0; i < o.bursts_cfg.size(); ++i)
+      o.bursts.push_back(draw_bursts(o.bursts_cfg[i], i, o, run * 1.5 + 60 + pauses));
   }
   if (random_seed) {
     const model nominal(o);

@@ -98,13 +98,13 @@ struct options {
   std::vector<fault> faults;
   std::vector<hang> hangs;
   // Network noise (all 0 = off, the default: the timeline is then exactly the noise-free one).
-  congestion bursts_cfg;
-  std::vector<burst> bursts;     ///< drawn from bursts_cfg and the seed (draw_bursts), sorted by onset
-  double tail_frac = 0;          ///< --heavy-tail: this share of op instances runs 2..tail_max x slower
+  std::vector<congestion> bursts_cfg;      ///< one per --congestion
+  std::vector<std::vector<burst>> bursts;  ///< per --congestion, drawn from the seed (draw_bursts), by onset
+  double tail_frac = 0;                    ///< --heavy-tail: this share of op instances runs 2..tail_max x slower
   double tail_max = 10;
-  double pause_every_s = 0;      ///< --pause: every this many seconds of job time ...
-  double pause_len_s = 0;        ///< ... every rank stops issuing collectives for this long (checkpoint)
-  double warmup_s = 0;           ///< --warmup: links start pct % slower, back to nominal linearly by warmup_s
+  double pause_every_s = 0;  ///< --pause: every this many seconds of job time ...
+  double pause_len_s = 0;    ///< ... every rank stops issuing collectives for this long (checkpoint)
+  double warmup_s = 0;       ///< --warmup: links start pct % slower, back to nominal linearly by warmup_s
   double warmup_pct = 0;
   bool noisy() const noexcept {
     return !bursts.empty() || tail_frac > 0 || (pause_every_s > 0 && pause_len_s > 0) || warmup_s > 0;
@@ -150,13 +150,13 @@ inline fault random_fault(u64 seed, const options& o, double run_s) {
   return f;
 }
 
-/// The congestion bursts of a run of `run_s` simulated seconds: quiet gaps exponential of mean gap_s (each
-/// burst starts a gap after the previous one ended), lengths uniform [len/2, len], the scope's NIC drawn per
-/// burst. Deterministic in (seed, shape).
-inline std::vector<burst> draw_bursts(const congestion& c, const options& o, double run_s) {
+/// The congestion bursts of one --congestion (`index`) over a run of `run_s` simulated seconds: quiet gaps
+/// exponential of mean gap_s (each burst starts a gap after the previous one ended), lengths uniform
+/// [len/2, len], the scope's NIC drawn per burst. Deterministic in (seed, index, job shape).
+inline std::vector<burst> draw_bursts(const congestion& c, std::size_t index, const options& o, double run_s) {
   std::vector<burst> v;
   if (c.gap_s <= 0 || c.len_s <= 0 || c.pct <= 0) return v;
-  u64 h = mix(o.seed, 0xb0257);
+  u64 h = mix(mix(o.seed, 0xb0257), u64(index));
   for (double t = 0;;) {
     h = splitmix(h);
     t += -c.gap_s * std::log(1.0 - unit01(h));

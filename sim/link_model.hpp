@@ -61,14 +61,18 @@ struct model {
     if (o.warmup_s > 0) f *= warmup_factor(t);
     return f;
   }
-  /// Congestion bursts active on NIC `nic` of `node` at t (sorted by onset, never overlapping).
+  /// Congestion bursts active on NIC `nic` of `node` at t: each --congestion's bursts are sorted by onset
+  /// and never overlap one another; bursts of different --congestion options multiply.
   double burst_factor(int node, int nic, double t) const {
-    const auto it = std::upper_bound(o.bursts.begin(), o.bursts.end(), t,
-                                     [](double x, const burst& b) { return x < b.w.t0; });
-    if (it == o.bursts.begin()) return 1.0;
-    const burst& b = *(it - 1);
-    if (!b.w.active(t) || (b.node >= 0 && b.node != node) || (b.nic >= 0 && b.nic != nic)) return 1.0;
-    return b.factor;
+    double f = 1.0;
+    for (const auto& draw : o.bursts) {
+      const auto it =
+          std::upper_bound(draw.begin(), draw.end(), t, [](double x, const burst& b) { return x < b.w.t0; });
+      if (it == draw.begin()) continue;
+      const burst& b = *(it - 1);
+      if (b.w.active(t) && (b.node < 0 || b.node == node) && (b.nic < 0 || b.nic == nic)) f *= b.factor;
+    }
+    return f;
   }
   /// Job start: every link pct % slower at t = 0, nominal again linearly by warmup_s (connection setup,
   /// memory registration, clocks ramping up).

@@ -112,10 +112,15 @@ void write_summary(const options& o, const model& m, const std::string& path) {
   j.end_object();
   if (o.noisy()) {  // only when asked for: a run without noise writes what it always wrote
     j.key("noise").begin_object();
-    num("congestion_gap_s", o.bursts_cfg.gap_s);
-    num("congestion_len_s", o.bursts_cfg.len_s);
-    num("congestion_pct", o.bursts_cfg.pct);
-    j.key("congestion_scope").value(scope_name(o.bursts_cfg.scope));
+    j.key("congestion").begin_array();
+    for (const auto& c : o.bursts_cfg) {
+      j.begin_object();
+      num("gap_s", c.gap_s);
+      num("len_s", c.len_s);
+      num("pct", c.pct);
+      j.key("scope").value(scope_name(c.scope)).end_object();
+    }
+    j.end_array();
     num("heavy_tail_frac", o.tail_frac);
     num("heavy_tail_max", o.tail_max);
     num("pause_every_s", o.pause_every_s);
@@ -123,13 +128,15 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     num("warmup_s", o.warmup_s);
     num("warmup_pct", o.warmup_pct);
     j.key("bursts").begin_array();
-    for (const auto& b : o.bursts) {
-      j.begin_object();
-      num("t0", b.w.t0);
-      num("t1", b.w.t1);
-      num("pct", 100.0 * (1.0 - b.factor));
-      j.key("node").value(b.node).key("nic").value(b.nic).end_object();
-    }
+    for (std::size_t i = 0; i < o.bursts.size(); ++i)
+      for (const auto& b : o.bursts[i]) {
+        j.begin_object();
+        j.key("congestion").value(int(i));
+        num("t0", b.w.t0);
+        num("t1", b.w.t1);
+        num("pct", 100.0 * (1.0 - b.factor));
+        j.key("node").value(b.node).key("nic").value(b.nic).end_object();
+      }
     j.end_array().end_object();
   }
   // Per kind (the old keys net_degrade / slow_host / hang_rank kept), plus one list of every fault.

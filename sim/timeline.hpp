@@ -150,7 +150,8 @@ class timeline {
     const int ch_lo = op.channel_lo >= 0 ? op.channel_lo : 0;
     end = t0;
     // A slow op instance (--heavy-tail) is slow on every channel: its ranks are coupled.
-    const double tail = m_.o.tail_frac > 0 ? m_.tail_factor(mix(mix(m_.o.seed ^ 0x7a11, s), mix(u64(gi) * 16 + oi, inst))) : 1.0;
+    const double tail =
+        m_.o.tail_frac > 0 ? m_.tail_factor(mix(mix(m_.o.seed ^ 0x7a11, s), mix(u64(gi) * 16 + oi, inst))) : 1.0;
     for (int c = 0; c < nch; ++c) {
       const double f = m_.channel_factor(op.comm, local, n0, n1, ch_lo + c, t0) / tail;
       ends[std::size_t(c)] = t0 + m_.duration(op, f, j);

@@ -92,8 +92,8 @@ inline std::string describe(const busbw_event& e) {
       e.comm.nranks, e.degraded ? "degraded" : "recovered", e.ratio * 100, e.baseline_gbs, e.recent_gbs);
   if (e.degraded)
     return head + fmt::format(": {} ({:.0f} s)", e.sustained ? "sustained" : "transient so far", e.duration_s);
-  return head + fmt::format(" after a {} degradation of {:.0f} s, lowest {:.0f}%", e.sustained ? "sustained" : "transient",
-                            e.duration_s, e.lowest_ratio * 100);
+  return head + fmt::format(" after a {} degradation of {:.0f} s, lowest {:.0f}%",
+                            e.sustained ? "sustained" : "transient", e.duration_s, e.lowest_ratio * 100);
 }
 
 class change_detector {
@@ -189,10 +189,10 @@ class change_detector {
   };
   enum class phase : std::uint8_t { healthy, transient, sustained };
   struct state {
-    ring recent_values;                   // every value; the newest `recent` form the recent window
+    ring recent_values;                           // every value; the newest `recent` form the recent window
     std::array<std::uint64_t, history> end_ns{};  // per slot of recent_values: its window's end (snapshot time)
-    std::array<bool, history> tainted{};  // per slot of recent_values: judged during an episode
-    ring base_values;                     // healthy values that left the recent window
+    std::array<bool, history> tainted{};          // per slot of recent_values: judged during an episode
+    ring base_values;                             // healthy values that left the recent window
     window carry;
     bool judged = false;
     phase ph = phase::healthy;
@@ -275,8 +275,8 @@ class change_detector {
     s.judged = true;
     const std::uint64_t now = snap.time_unix_ns;
     if (s.ph == phase::healthy) {
-      const bool beyond = s.ratio < o_.threshold &&
-                          s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
+      const bool beyond =
+          s.ratio < o_.threshold && s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
       s.streak = beyond ? s.streak + 1 : 0;
       if (s.streak < o_.confirm) return;
       s.streak = 0;

@@ -130,14 +130,14 @@ struct departed_counts {
 struct busbw_health {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   func fn = func::unknown;
-  std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
-  double baseline_gbs = 0;        ///< reference bus bandwidth (frozen while degraded)
-  double recent_gbs = 0;          ///< median of the recent windows
-  double ratio = 1;               ///< recent / baseline
-  bool degraded = false;            ///< a sustained degradation (detector.hpp: it outlasted persist_s)
-  std::uint64_t degradations = 0;   ///< sustained degradations so far (a counter)
-  std::uint64_t transients = 0;     ///< degradations that ended before they were sustained (a counter)
-  double transient_depth = 0;       ///< sum over those of their depth, 1 - lowest ratio (a counter)
+  std::uint32_t size_bucket = 0;   ///< pow2_bucketer index
+  double baseline_gbs = 0;         ///< reference bus bandwidth (frozen while degraded)
+  double recent_gbs = 0;           ///< median of the recent windows
+  double ratio = 1;                ///< recent / baseline
+  bool degraded = false;           ///< a sustained degradation (detector.hpp: it outlasted persist_s)
+  std::uint64_t degradations = 0;  ///< sustained degradations so far (a counter)
+  std::uint64_t transients = 0;    ///< degradations that ended before they were sustained (a counter)
+  double transient_depth = 0;      ///< sum over those of their depth, 1 - lowest ratio (a counter)
 };
 
 /// A change of degraded state, for callbacks (self-contained: the communicator is copied).
@@ -148,8 +148,8 @@ struct busbw_event {
   bool degraded = false;          ///< true: entered (or confirmed) a degradation; false: recovered
   bool sustained = false;         ///< it outlasted persist_s (or was deep); false: transient (so far)
   double baseline_gbs = 0, recent_gbs = 0, ratio = 1;
-  double lowest_ratio = 1;        ///< the episode's lowest ratio so far
-  double duration_s = 0;          ///< the episode's length so far (from its estimated onset)
+  double lowest_ratio = 1;  ///< the episode's lowest ratio so far
+  double duration_s = 0;    ///< the episode's length so far (from its estimated onset)
   std::uint64_t time_unix_ns = 0;
 };
 

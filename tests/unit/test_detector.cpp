@@ -83,8 +83,9 @@ TEST_CASE("detector: no event over 30 min of a healthy run with 2% jitter and +-
   }
 }
 
-TEST_CASE("detector: a 13% drop starts a transient episode within 3 windows, is sustained 10 s after its onset, and recovers",
-          "[detector]") {
+TEST_CASE(
+    "detector: a 13% drop starts a transient episode within 3 windows, is sustained 10 s after its onset, and recovers",
+    "[detector]") {
   for (double period : {30.0, 120.0, 600.0}) {
     for (std::uint64_t onset : {97ull, 113ull, 151ull}) {
       INFO("wobble period " << period << " s, onset " << onset);
@@ -164,9 +165,10 @@ snapshot window_of_ops(std::uint64_t t_s, int ops, double gbs, Level level, std:
 
 }  // namespace
 
-TEST_CASE("detector: congestion bursts up to 8 s with heavy-tailed ops stay transient (counted with their depth) and "
-          "the same drop sustained turns degraded",
-          "[detector]") {
+TEST_CASE(
+    "detector: congestion bursts up to 8 s with heavy-tailed ops stay transient (counted with their depth) and "
+    "the same drop sustained turns degraded",
+    "[detector]") {
   // An hour of 1 s windows (20 ops each, 0.5% of ops 2-10x slower, +-5% wobble) with a 13% burst
   // (durations +15%) of 2-8 s at a random phase every ~60 s; then a sustained 13% drop.
   for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
@@ -206,7 +208,7 @@ TEST_CASE("detector: congestion bursts up to 8 s with heavy-tailed ops stay tran
     }
     INFO(bursts.size() << " bursts, " << transient_events << " transient episodes");
     CHECK(bursts.size() > 40);
-    CHECK(transient_events > bursts.size() / 2);  // most bursts are seen (the shortest can hide in the medians)
+    CHECK(transient_events > bursts.size() / 2);     // most bursts are seen (the shortest can hide in the medians)
     CHECK(last.transients + 1 == transient_events);  // the sustained drop started as one too
     CHECK(last.transient_depth / static_cast<double>(last.transients) == Approx(0.13).margin(0.04));
     CHECK(sustained_events == 1);
@@ -465,8 +467,9 @@ TEST_CASE("describe: one log line with the numbers as a person reads them") {
   e.lowest_ratio = 0.8449;
   e.recent_gbs = 0.000123;
   CHECK(describe(e).find("on comm unknown (") != std::string::npos);
-  CHECK(describe(e).ends_with("recovered to 100% of baseline (41.2 -> 0.000123 GB/s) after a sustained degradation of "
-                              "10 s, lowest 84%"));
+  CHECK(
+      describe(e).ends_with("recovered to 100% of baseline (41.2 -> 0.000123 GB/s) after a sustained degradation of "
+                            "10 s, lowest 84%"));
   e.sustained = false;
   e.duration_s = 6;
   CHECK(describe(e).ends_with("after a transient degradation of 6 s, lowest 84%"));
