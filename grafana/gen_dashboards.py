@@ -238,13 +238,27 @@ def native():
         "n_nodes>1 comm at once: fabric or a host on every path; only the n_nodes=1 comm of one "
         "node: its NVLink. The panels beside name the culprit."), w=12)
     L.add(timeseries(
-        "Network wire time per byte, in and out, per node / job median (slow host or NIC)", "short",
-        [target(f"ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}}")],
-        "Each node's sampled proxy send/network seconds per byte, the faster of its in and out "
-        "edges, over the job's median node (NCCLINSP_PROXY=1). A slow host is an endpoint of every "
-        "slow edge, its neighbours of one each: one line rising alone names the slow host or NIC; "
-        "alert NcclinspHostNetworkSlow fires above 1.15 while a network comm is degraded.",
+        "Network wire time per byte, in and out, per GPU / job median (slow host or NIC)", "short",
+        [target(f"ncclinsp_gpu:proxy_link_slowness_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}} {{uuid}}")],
+        "Each GPU's sampled proxy send/network seconds per byte (the steps' own time on the wire, "
+        "queueing behind earlier steps excluded), the faster of its in and out edges, over the job's "
+        "median GPU (NCCLINSP_PROXY=1). A GPU's edges run over the NIC next to it; a slow NIC or host "
+        "is an endpoint of every slow edge, its neighbours of one each: one line rising alone names "
+        "the NIC (both lines of a node: the host); alert NcclinspHostNetworkSlow fires above 1.15 "
+        "while a network comm is degraded.",
         thresholds=[(1.15, "red")], min0=False), w=12)
+    L.add(timeseries(
+        "Transient degradations (congestion bursts) per 10 min, and their mean depth", "short",
+        [target(f"sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transients_total{{{J}, {C}}}[10m]))",
+                "{{comm_name}} n_nodes={{n_nodes}} episodes"),
+         target(f"sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transient_depth_total{{{J}, {C}}}[10m]))\n"
+                f"/ sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transients_total{{{J}, {C}}}[10m]))",
+                "{{comm_name}} n_nodes={{n_nodes}} mean depth")],
+        "Short drops the in-process detector saw end before they were sustained "
+        "(NCCLINSP_DETECT_PERSIST_S, 10 s): congestion from other jobs on a shared fabric, never an "
+        "alert. Episodes are counted per rank and key (collective, size), so one burst on a "
+        "communicator counts once per rank; depth = 1 - lowest ratio to baseline. Many, or deep, "
+        "bursts say the fabric is shared and busy."), w=12)
     L.add(timeseries(
         "Rank exec time per op / communicator median (straggler: lowest)", "percentunit",
         [target(f"min by (node, comm_name, rank) (ncclinsp:exec_ratio_to_comm_median:rate1m{{{J}, {N}, {C}}})",

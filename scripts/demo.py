@@ -249,16 +249,16 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts2, "GB/s")
     tf2 = row("step throughput", r.tflops, pts2, "TFLOP/s/GPU")
 
-    # Attribution of scenario 2: each node's network wire time per byte (sampled proxy send/network
-    # state), the faster of its in and out edges, against the job's median node (the rule
-    # NcclinspHostNetworkSlow alerts on: a slow host is the endpoint of every slow edge).
+    # Attribution of scenario 2: each GPU's network wire time per byte (sampled proxy send/network
+    # state), the faster of its in and out edges, against the job's median GPU (the rule
+    # NcclinspHostNetworkSlow alerts on: a slow host or NIC is the endpoint of every slow edge).
     t_a = slow1 - 1
     rows = sorted(((m, v) for m, v in prom.values(
-        f'ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
+        f'ncclinsp_gpu:proxy_link_slowness_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
         if math.isfinite(v)), key=lambda x: -x[1])
-    print(f"\n Attribution, scenario 2 (network wire time per byte, min of in/out edges, vs the job's median node, at t={t_a}s, 1m):")
+    print(f"\n Attribution, scenario 2 (network wire time per byte, min of in/out edges, vs the job's median GPU, at t={t_a}s, 1m):")
     for m, v in rows[:4]:
-        print(f"  {m.get('node'):<8} {v:5.2f}x the median node")
+        print(f"  {m.get('node'):<8} {m.get('uuid', '')[:13]:<13} {v:5.2f}x the median GPU")
     named = rows[0][0].get("node") if rows and rows[0][1] > 1.15 else None
     print(f"  -> host named: {named or '(none above 1.15x)'}")
 

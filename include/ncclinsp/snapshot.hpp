@@ -158,7 +158,7 @@ struct proxy_peer_snapshot {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   int peer = 0;            ///< peer rank in the communicator
   bool send = false;
-  std::array<std::uint64_t, 3> wait_ns{};  ///< send: gpu, peer_credit, network; recv: network, flush, gpu
+  std::array<std::uint64_t, 4> wait_ns{};  ///< send: gpu, peer_credit, network, queue; recv: network, flush, gpu, 0
   std::uint64_t bytes = 0, steps = 0;
 };
 

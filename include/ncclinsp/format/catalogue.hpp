@@ -165,7 +165,7 @@ inline constexpr auto catalogue = std::to_array<metric_family>({
      [](const series_row& r) { return r.value; }},
     {"ncclinsp_proxy_wait_seconds_total", metric_type::counter, "s",
      "Sampled network steps (NCCLINSP_PROXY): seconds spent per ProxyStep state, per peer rank and direction (send: gpu, peer_credit, "
-     "network; recv: network, flush, gpu).",
+     "network = on the wire, queue = behind earlier steps in flight; recv: network, flush, gpu).",
      series_source::proxy_state, false, false, true, [](const series_row& r) { return r.value; }},
     {"ncclinsp_proxy_bytes_total", metric_type::counter, "By",
      "Sampled network steps (NCCLINSP_PROXY): bytes, per peer rank and direction.", series_source::proxy, false, true,
@@ -328,10 +328,10 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
     label_list l = comm_labels(snap, d);
     l.insert(l.end(), {{"peer", std::to_string(p.peer)}, {"direction", p.send ? "send" : "recv"}});
     add_user_labels(l, snap);
-    for (std::size_t st = 0; st < p.wait_ns.size(); ++st) {
+    for (std::size_t st = 0; st < (p.send ? proxy_send_states : proxy_recv_states); ++st) {
       series_row& r = rows(series_source::proxy_state).emplace_back();
       r.labels = l;
-      r.labels.emplace_back("state", proxy_wait_names[(p.send ? 0 : 3) + st]);
+      r.labels.emplace_back("state", proxy_wait_names[(p.send ? 0 : proxy_send_states) + st]);
       r.value = static_cast<double>(p.wait_ns[st]) * 1e-9;
       r.proxy = &p;
     }
