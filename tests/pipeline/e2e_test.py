@@ -90,7 +90,8 @@ ATTRIB_AT = 157             # attribution table evaluated here (31 s into the sl
 SCRAPE_INTERVAL = "2s"
 # Families that exist only once the in-process detector has its baseline (30 export windows of
 # 1 s, then 3 recent ones): checked later than the others.
-LATE_FAMILIES = {"ncclinsp_busbw_ratio_to_baseline", "ncclinsp_busbw_degraded", "ncclinsp_busbw_degradations_total"}
+LATE_FAMILIES = {"ncclinsp_busbw_ratio_to_baseline", "ncclinsp_busbw_degraded", "ncclinsp_busbw_degradations_total",
+                 "ncclinsp_busbw_transients_total", "ncclinsp_busbw_transient_depth_total"}
 LATE_AT = 60
 # Ops the workload runs only in its first step: their Inspector-compatible gauges exist for one
 # export window (~1 s) and may or may not be caught by a scrape.
@@ -138,8 +139,10 @@ EXPECTED = {
     "ncclinsp_busbw_ratio_to_baseline": IDENT | COMM | {"collective", "message_size"},
     "ncclinsp_busbw_degraded": IDENT | COMM | {"collective", "message_size"},
     "ncclinsp_busbw_degradations_total": IDENT | COMM | {"collective", "message_size"},
+    "ncclinsp_busbw_transients_total": IDENT | COMM | {"collective", "message_size"},
+    "ncclinsp_busbw_transient_depth_total": IDENT | COMM | {"collective", "message_size"},
 }
-PROXY_STATES = {"send": {"gpu", "peer_credit", "network"}, "recv": {"network", "flush", "gpu"}}
+PROXY_STATES = {"send": {"gpu", "peer_credit", "network", "queue"}, "recv": {"network", "flush", "gpu"}}
 SIM_FAMILIES = {"ncclinsp_sim_step_tflops": {"node", "rank"}, "ncclinsp_sim_steps_total": {"node", "rank"}}
 HIST_LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
            "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]
