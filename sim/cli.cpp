@@ -85,9 +85,9 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   std::vector<std::string> congestion_s;
   std::string tail_s, pause_s, warmup_s;
   app.add_option("--congestion", congestion_s,
-                 "GAP_S:LEN_S:PCT[:fabric|rail|nic]: congestion bursts, mean quiet gap GAP_S, each uniform "
-                 "[LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail or one NIC (drawn per burst); "
-                 "repeatable");
+                 "GAP_S:LEN_S:PCT[:fabric|rail|nic|mixed]: congestion bursts, quiet gaps uniform [GAP_S/2, 3 GAP_S/2], "
+                 "each uniform [LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail, one NIC or any "
+                 "of the three (drawn per burst); repeatable");
   app.add_option("--heavy-tail", tail_s, "FRAC[:MAX]: this share of ops runs 2..MAX (10) x slower, log-uniform");
   app.add_option("--pause", pause_s, "EVERY_S:LEN_S: every EVERY_S s of job time no collective runs for LEN_S s");
   app.add_option("--warmup", warmup_s, "S:PCT: links PCT % slower at the start, nominal again linearly by S s");
@@ -167,15 +167,17 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   for (const auto& c : congestion_s) {
     std::string scope = "fabric";
     if (!numbers(c, 3, 3, nv, &scope) || nv[0] <= 0 || nv[1] <= 0 || nv[2] <= 0 || nv[2] >= 100 ||
-        (scope != "fabric" && scope != "rail" && scope != "nic"))
-      return std::fprintf(stderr,
-                          "bad --congestion %s (GAP_S:LEN_S:PCT[:fabric|rail|nic], GAP_S, LEN_S > 0, 0 < PCT < 100)\n",
-                          c.c_str()),
+        (scope != "fabric" && scope != "rail" && scope != "nic" && scope != "mixed"))
+      return std::fprintf(
+                 stderr,
+                 "bad --congestion %s (GAP_S:LEN_S:PCT[:fabric|rail|nic|mixed], GAP_S, LEN_S > 0, 0 < PCT < 100)\n",
+                 c.c_str()),
              2;
     o.bursts_cfg.push_back({nv[0], nv[1], nv[2],
-                            scope == "rail"  ? burst_scope::rail
-                            : scope == "nic" ? burst_scope::nic
-                                             : burst_scope::fabric});
+                            scope == "rail"    ? burst_scope::rail
+                            : scope == "nic"   ? burst_scope::nic
+                            : scope == "mixed" ? burst_scope::mixed
+                                               : burst_scope::fabric});
   }
   if (!tail_s.empty()) {
     if (!numbers(tail_s, 1, 2, nv) || nv[0] <= 0 || nv[0] > 1 || (nv.size() == 2 && nv[1] < 2))

@@ -52,12 +52,15 @@ struct hang {
 /// Congestion bursts (--congestion): other jobs' traffic on shared links, one burst at a time.
 /// Scope: every NIC (fabric), NIC k of every node (rail: one rail's leaf switch), or one NIC of one node
 /// (nic: that node's link to its leaf).
-enum class burst_scope : std::uint8_t { fabric, rail, nic };
+enum class burst_scope : std::uint8_t { fabric, rail, nic, mixed };
 constexpr const char* scope_name(burst_scope s) noexcept {
-  return s == burst_scope::fabric ? "fabric" : s == burst_scope::rail ? "rail" : "nic";
+  return s == burst_scope::fabric ? "fabric"
+         : s == burst_scope::rail ? "rail"
+         : s == burst_scope::nic  ? "nic"
+                                  : "mixed";
 }
 struct congestion {
-  double gap_s = 0;  ///< mean quiet time between bursts (exponential: Poisson arrivals); 0 = no bursts
+  double gap_s = 0;  ///< mean quiet time between bursts (uniform [gap/2, 3 gap/2]); 0 = no bursts
   double len_s = 0;  ///< longest burst: each lasts uniform [len/2, len]
   double pct = 0;    ///< bandwidth reduction during a burst, %
   burst_scope scope = burst_scope::fabric;
@@ -151,23 +154,25 @@ inline fault random_fault(u64 seed, const options& o, double run_s) {
 }
 
 /// The congestion bursts of one --congestion (`index`) over a run of `run_s` simulated seconds: quiet gaps
-/// exponential of mean gap_s (each burst starts a gap after the previous one ended), lengths uniform
-/// [len/2, len], the scope's NIC drawn per burst. Deterministic in (seed, index, job shape).
+/// uniform [gap/2, 3 gap/2] (a neighbour job's traffic comes back about periodically; bursts of one draw
+/// never overlap nor follow each other closely), lengths uniform [len/2, len]; the scope (mixed: fabric,
+/// rail or nic, a third each) and its NIC drawn per burst. Deterministic in (seed, index, job shape).
 inline std::vector<burst> draw_bursts(const congestion& c, std::size_t index, const options& o, double run_s) {
   std::vector<burst> v;
   if (c.gap_s <= 0 || c.len_s <= 0 || c.pct <= 0) return v;
   u64 h = mix(mix(o.seed, 0xb0257), u64(index));
   for (double t = 0;;) {
     h = splitmix(h);
-    t += -c.gap_s * std::log(1.0 - unit01(h));
+    t += c.gap_s * (0.5 + unit01(h));
     if (t >= run_s) break;
     burst b;
     h = splitmix(h);
     b.w = window{t, t + c.len_s * (0.5 + 0.5 * unit01(h))};
     b.factor = 1.0 - c.pct / 100.0;
     h = splitmix(h);
-    if (c.scope != burst_scope::fabric) b.nic = int(h % u64(o.nic_count()));
-    if (c.scope == burst_scope::nic) b.node = int(splitmix(h) % u64(o.nodes));
+    const burst_scope scope = c.scope == burst_scope::mixed ? burst_scope(splitmix(h ^ 0x5c0be) % 3) : c.scope;
+    if (scope != burst_scope::fabric) b.nic = int(h % u64(o.nic_count()));
+    if (scope == burst_scope::nic) b.node = int(splitmix(h) % u64(o.nodes));
     v.push_back(b);
     t = b.w.t1;  // bursts of one draw never overlap
   }
