@@ -59,10 +59,11 @@ run_ctest build-clang -R "^test_(model|bucketing|collector|formats|sinks|exporte
 
 # Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
 # bench/examples/tools. ASan+UBSan: the unit, plugin, reliability and embedded suites (LeakSanitizer included;
-# forked plugin children run it before _exit). TSan: the concurrency tests.
+# forked plugin children run it before _exit). TSan: the concurrency tests (the plugin's primitives in
+# test_comm_registry among them).
 SAN_COMMON=("${STRICT[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
             -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
-UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options)
+UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options test_comm_registry)
 if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -72,13 +73,13 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
   cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded
   stage "asan+ubsan: test"
-  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability|embedded)):"
+  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)):"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
-  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_reliability
+  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_comm_registry test_reliability
   stage "tsan: test"
-  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
+  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_comm_registry:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
 fi
 stage "done"
 cd "$ROOT"

@@ -88,8 +88,10 @@ struct traced_op {
   void channel_started(std::uint32_t id, std::uint64_t gpu_start) noexcept {
     if (id >= entry_of.size() || entry_of[id] || t.n_channels >= max_traced_channels) return;
     entry_of[id] = static_cast<std::uint8_t>(t.n_channels + 1);
-    t.channels[t.n_channels++] = {
-        .start_cpu_ns = detail::unix_ns(), .gpu_start_ns = gpu_start, .start_sn = next_sn(), .channel = static_cast<std::uint8_t>(id)};
+    t.channels[t.n_channels++] = {.start_cpu_ns = detail::unix_ns(),
+                                  .gpu_start_ns = gpu_start,
+                                  .start_sn = next_sn(),
+                                  .channel = static_cast<std::uint8_t>(id)};
   }
   void channel_recorded(std::uint32_t id, std::uint64_t gpu_stop) noexcept {
     if (channel_trace* c = channel(id)) {
