@@ -271,7 +271,4 @@ inline std::string env_options::describe() const {
   return s;
 }
 
-/// The name of earlier versions.
-using options [[deprecated("use ncclinsp::env_options")]] = env_options;
-
 }  // namespace ncclinsp

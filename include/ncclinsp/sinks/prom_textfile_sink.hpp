@@ -105,7 +105,5 @@ class basic_prom_textfile_sink {
 };
 
 using prom_textfile_sink = basic_prom_textfile_sink<>;
-/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
-using PromTextfileSink [[deprecated("use ncclinsp::prom_textfile_sink")]] = prom_textfile_sink;
 
 }  // namespace ncclinsp
