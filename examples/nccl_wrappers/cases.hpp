@@ -119,10 +119,11 @@ struct run {
   bool sync() {
     return each("cudaStreamSynchronize", [](int, device& v) { return ok(cudaStreamSynchronize(v.stream), "sync"); });
   }
-  /// Captures one group on every GPU's stream into that GPU's `exec`.
+  /// Captures one group on every GPU's stream into that GPU's `exec`. Thread-local capture mode:
+  /// NCCL's and the plugin's own threads may make CUDA calls while this thread captures.
   bool capture(cudaGraphExec_t device::*exec, std::size_t bytes, std::size_t coll_bytes, int colls) {
     if (!each("cudaStreamBeginCapture", [](int, device& v) {
-          return ok(cudaStreamBeginCapture(v.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+          return ok(cudaStreamBeginCapture(v.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         }))
       return false;
     const bool grouped = group(bytes, 1, coll_bytes, colls);
