@@ -22,7 +22,9 @@
 # (sweeps at most 200 s each, cases at most 90 s; typically a few minutes in all).
 #   bash scripts/gpu_check.sh [build-dir]
 # Environment: CUDAToolkit_ROOT / NCCL_HOME to pick the toolkit and NCCL; GPU_CHECK_MIN_BYTES,
-# GPU_CHECK_MAX_BYTES (8, 1073741824), GPU_CHECK_TARGET_MS (time per point, 50).
+# GPU_CHECK_MAX_BYTES (8, 1073741824), GPU_CHECK_TARGET_MS (time per point, 50),
+# GPU_CHECK_ALLOW_NCCL_DESYNC=1 (report, not fail, the mixed case's foreign KernelCh timestamps on
+# NCCL < 2.31.2, where NCCL itself pairs them wrongly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -290,7 +292,11 @@ if drops:
     fail.append("%d events dropped" % drops)
 if not files:
     fail.append("no .prom file written (was the plugin loaded? see %s/cases.err)" % out)
-if any(f.startswith("mixed") for f in fail):
+desync = [f for f in fail if f.startswith("mixed")]
+if desync and os.environ.get("GPU_CHECK_ALLOW_NCCL_DESYNC") == "1" and meta.get("runtime_nccl", 0) < 23102:
+    fail = [f for f in fail if not f.startswith("mixed")]
+    notes.append("GPU_CHECK_ALLOW_NCCL_DESYNC=1: the mixed-case DESYNC is reported, not failed, on NCCL < 2.31.2")
+if desync:
     notes.append("DESYNC is the documented NCCL <= 2.31.0a0 behaviour (proxy.cc SaveProxyProfiler advances the host work "
                  "counter at a replay only while comm->planner.persistent, which an eager launch clears); the plugin's "
                  "rule is to reject such timestamps and count the op, never to publish them as GPU-timed")
@@ -299,7 +305,8 @@ for n in notes:
 if fail:
     print("FAIL (cases): " + "; ".join(fail))
     sys.exit(1)
-print("PASS (cases): every op counted once or settled by a reason, none in flight, no drops, no foreign timestamps")
+print("PASS (cases): every op counted once or settled by a reason, none in flight, no drops%s" % (
+    " (foreign timestamps allowed, see the note)" if desync else ", no foreign timestamps"))
 EOF
 fi
 
