@@ -127,14 +127,15 @@ struct run {
         }))
       return false;
     const bool grouped = group(bytes, 1, coll_bytes, colls);
-    return each("capture", [&](int, device& v) {
-             cudaGraph_t g = nullptr;
-             const bool ended = ok(cudaStreamEndCapture(v.stream, &g), "cudaStreamEndCapture");
-             const bool made = ended && ok(cudaGraphInstantiate(&(v.*exec), g, 0), "cudaGraphInstantiate");
-             if (g) cudaGraphDestroy(g);
-             return made;
-           }) &&
-           grouped;
+    // Every stream's capture is ended, even when the group failed.
+    const bool made = each("capture", [&](int, device& v) {
+      cudaGraph_t g = nullptr;
+      const bool ended = ok(cudaStreamEndCapture(v.stream, &g), "cudaStreamEndCapture");
+      const bool inst = ended && ok(cudaGraphInstantiate(&(v.*exec), g, 0), "cudaGraphInstantiate");
+      if (g) cudaGraphDestroy(g);
+      return inst;
+    });
+    return made && grouped;
   }
   bool replay(cudaGraphExec_t device::*exec) {
     return each("cudaGraphLaunch", [&](int, device& v) { return ok(cudaGraphLaunch(v.*exec, v.stream), "launch"); });
