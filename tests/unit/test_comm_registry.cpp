@@ -298,8 +298,7 @@ TEST_CASE("comm_registry threads: channel holds against retirement and reuse") {
       const std::uint32_t gen = h.op().gen.load(std::memory_order_relaxed);
       const std::uint64_t count = h.op().rec.count;  // plain field: TSan reports any racing write
       std::this_thread::yield();
-      if (h.op().gen.load(std::memory_order_relaxed) != gen || h.op().rec.count != count ||
-          handle_gen(gen) != k.gen)
+      if (h.op().gen.load(std::memory_order_relaxed) != gen || h.op().rec.count != count || handle_gen(gen) != k.gen)
         changed.fetch_add(1);
       holds.fetch_add(1, std::memory_order_relaxed);
     }
@@ -311,8 +310,8 @@ TEST_CASE("comm_registry threads: channel holds against retirement and reuse") {
     reg.publish(*cs, 0);
     const std::uint32_t slot = cs->ops.alloc();
     cs->ops[slot].rec.count = i;  // written before the handle is handed out
-    current.store(reinterpret_cast<std::uintptr_t>(as_handle(encode(
-                      handle_kind::op, cs->ops[slot].gen.load(std::memory_order_relaxed), cs->handle, slot))),
+    current.store(reinterpret_cast<std::uintptr_t>(as_handle(
+                      encode(handle_kind::op, cs->ops[slot].gen.load(std::memory_order_relaxed), cs->handle, slot))),
                   std::memory_order_release);
     std::this_thread::yield();
     REQUIRE(reg.retire(*cs, 2s, inflight));
