@@ -21,6 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#ifndef __attr_access_none  // glibc before 2.34 (the declaration matches pthread_setspecific's)
+#define __attr_access_none(argno)
+#endif
+
 // The version each old binding names: the first version of the architecture's glibc.
 #if defined(__x86_64__)
 #define NCCLINSP_GLIBC_BASE "GLIBC_2.2.5"
@@ -46,7 +50,7 @@ int old_pthread_key_create(pthread_key_t*, void (*)(void*)) noexcept;
 int old___pthread_key_create(pthread_key_t*, void (*)(void*)) noexcept;
 int old_pthread_key_delete(pthread_key_t) noexcept;
 void* old_pthread_getspecific(pthread_key_t) noexcept;
-int old_pthread_setspecific(pthread_key_t, const void*) noexcept __attribute__((access(none, 2)));
+int old_pthread_setspecific(pthread_key_t, const void*) noexcept __attr_access_none(2);
 void* old_dlopen(const char*, int) noexcept;
 void* old_dlsym(void*, const char*) noexcept;
 void* old_dlvsym(void*, const char*, const char*) noexcept;
