@@ -81,6 +81,35 @@ NCCLINSP_OLD(__xstat);
 NCCLINSP_OLD(__fxstat);
 NCCLINSP_OLD(__lxstat);
 
+// Hidden whatever the build's visibility flags; exp and log, which the compiler declares itself,
+// stay visible here and are hidden by the library's version script (plugin/exports.map).
+#pragma GCC visibility push(hidden)
+
+namespace ncclinsp::glibc_compat {
+// pthread_cond_clockwait before glibc 2.30: the wait becomes a realtime one whose deadline is
+// recomputed from the monotonic clock after each return, so a wall clock stepped forward ends it
+// early (a spurious wake-up the caller's predicate loop absorbs) and one stepped back delays it by
+// the step at most. The kernel's clocks are read directly: the realtime deadline must be the one
+// the futex compares. ctest test_glibc_compat calls it on every glibc.
+int clockwait_by_timedwait(pthread_cond_t* cv, pthread_mutex_t* m, clockid_t clock, const struct timespec* abstime) {
+  if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cv, m, abstime);
+  if (clock != CLOCK_MONOTONIC) return EINVAL;
+  struct timespec mono{}, real_now{};
+  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &mono);
+  syscall(SYS_clock_gettime, CLOCK_REALTIME, &real_now);
+  const std::int64_t left_ns = (abstime->tv_sec - mono.tv_sec) * 1'000'000'000LL + (abstime->tv_nsec - mono.tv_nsec);
+  if (left_ns <= 0) return ETIMEDOUT;
+  const std::int64_t deadline_ns = real_now.tv_sec * 1'000'000'000LL + real_now.tv_nsec + left_ns;
+  const struct timespec deadline{static_cast<time_t>(deadline_ns / 1'000'000'000LL),
+                                 static_cast<long>(deadline_ns % 1'000'000'000LL)};
+  const int rc = pthread_cond_timedwait(cv, m, &deadline);
+  if (rc != ETIMEDOUT) return rc;
+  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &mono);
+  const bool passed = mono.tv_sec > abstime->tv_sec || (mono.tv_sec == abstime->tv_sec && mono.tv_nsec >= abstime->tv_nsec);
+  return passed ? ETIMEDOUT : 0;  // early: the caller re-reads its clock and waits again
+}
+}  // namespace ncclinsp::glibc_compat
+
 extern "C" {
 // Not declared by glibc's headers; the 2.34 versions are what libstdc++.a and libgcc_eh.a call.
 int __pthread_key_create(pthread_key_t*, void (*)(void*)) noexcept;
@@ -100,6 +129,7 @@ void* pthread_getspecific(pthread_key_t k) noexcept { return old_pthread_getspec
 int pthread_setspecific(pthread_key_t k, const void* v) noexcept { return old_pthread_setspecific(k, v); }
 void* dlopen(const char* file, int mode) noexcept { return old_dlopen(file, mode); }
 void* dlsym(void* handle, const char* name) noexcept { return old_dlsym(handle, name); }
+void* dlvsym(void* handle, const char* name, const char* version) noexcept { return old_dlvsym(handle, name, version); }
 int dladdr(const void* addr, Dl_info* info) noexcept { return old_dladdr(addr, info); }
 double exp(double x) noexcept { return old_exp(x); }
 double log(double x) noexcept { return old_log(x); }
@@ -112,27 +142,12 @@ int lstat(const char* path, struct stat* st) noexcept { return old___lxstat(NCCL
 // always safe.
 char __libc_single_threaded = 0;
 
-// std::condition_variable's steady-clock waits (the exporter's bounded stop). glibc 2.30 added
-// pthread_cond_clockwait; before it, the wait becomes a realtime one whose deadline is recomputed
-// from the monotonic clock after each return, so a wall clock stepped forward ends it early (a
-// spurious wake-up the caller's predicate loop absorbs) and never late by more than the step.
+// std::condition_variable's steady-clock waits (the exporter's bounded stop): glibc's own
+// pthread_cond_clockwait where it has one (2.30 and newer), else ncclinsp::glibc_compat's.
 int pthread_cond_clockwait(pthread_cond_t* cv, pthread_mutex_t* m, clockid_t clock, const struct timespec* abstime) {
   using clockwait_fn = int (*)(pthread_cond_t*, pthread_mutex_t*, clockid_t, const struct timespec*);
   static const auto real = reinterpret_cast<clockwait_fn>(old_dlvsym(RTLD_DEFAULT, "pthread_cond_clockwait", "GLIBC_2.30"));
-  if (real) return real(cv, m, clock, abstime);
-  if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cv, m, abstime);
-  if (clock != CLOCK_MONOTONIC) return EINVAL;
-  // The kernel's clocks, read directly: the realtime deadline must be the one the futex compares.
-  struct timespec mono{}, real_now{};
-  syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &mono);
-  syscall(SYS_clock_gettime, CLOCK_REALTIME, &real_now);
-  const std::int64_t left_ns = (abstime->tv_sec - mono.tv_sec) * 1'000'000'000LL + (abstime->tv_nsec - mono.tv_nsec);
-  if (left_ns <= 0) return ETIMEDOUT;
-  const std::int64_t deadline_ns = real_now.tv_sec * 1'000'000'000LL + real_now.tv_nsec + left_ns;
-  const struct timespec deadline{static_cast<time_t>(deadline_ns / 1'000'000'000LL),
-                                 static_cast<long>(deadline_ns % 1'000'000'000LL)};
-  const int rc = pthread_cond_timedwait(cv, m, &deadline);
-  return rc == ETIMEDOUT ? 0 : rc;  // the caller re-reads the monotonic clock and decides
+  return real ? real(cv, m, clock, abstime) : ncclinsp::glibc_compat::clockwait_by_timedwait(cv, m, clock, abstime);
 }
 
 // std::random_device's "arc4random" source (glibc 2.36), linked in with libstdc++.a but not used
@@ -188,3 +203,4 @@ int _dl_find_object(void* pc, struct dl_find_object* out) noexcept {
   return s.found ? 0 : -1;
 }
 }  // extern "C"
+#pragma GCC visibility pop
