@@ -33,7 +33,8 @@
 #define NCCLINSP_GLIBC_BASE "GLIBC_2.17"
 #define NCCLINSP_STAT_VER 0  // _STAT_VER_KERNEL of the generic (asm-generic) stat layout
 #else
-#error "plugin/glibc_compat.cpp knows the glibc base version of x86_64 and aarch64 only; configure with -DNCCLINSP_PLUGIN_PORTABLE=OFF"
+#error \
+    "plugin/glibc_compat.cpp knows the glibc base version of x86_64 and aarch64 only; configure with -DNCCLINSP_PLUGIN_PORTABLE=OFF"
 #endif
 
 // old_<name> is a reference to <name>@<base version>: the symbol as glibc 2.28 and every later
@@ -94,18 +95,21 @@ namespace ncclinsp::glibc_compat {
 int clockwait_by_timedwait(pthread_cond_t* cv, pthread_mutex_t* m, clockid_t clock, const struct timespec* abstime) {
   if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cv, m, abstime);
   if (clock != CLOCK_MONOTONIC) return EINVAL;
-  struct timespec mono{}, real_now{};
+  struct timespec mono {
+  }, real_now{};
   syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &mono);
   syscall(SYS_clock_gettime, CLOCK_REALTIME, &real_now);
   const std::int64_t left_ns = (abstime->tv_sec - mono.tv_sec) * 1'000'000'000LL + (abstime->tv_nsec - mono.tv_nsec);
   if (left_ns <= 0) return ETIMEDOUT;
   const std::int64_t deadline_ns = real_now.tv_sec * 1'000'000'000LL + real_now.tv_nsec + left_ns;
-  const struct timespec deadline{static_cast<time_t>(deadline_ns / 1'000'000'000LL),
-                                 static_cast<long>(deadline_ns % 1'000'000'000LL)};
+  const struct timespec deadline {
+    static_cast<time_t>(deadline_ns / 1'000'000'000LL), static_cast<long>(deadline_ns % 1'000'000'000LL)
+  };
   const int rc = pthread_cond_timedwait(cv, m, &deadline);
   if (rc != ETIMEDOUT) return rc;
   syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &mono);
-  const bool passed = mono.tv_sec > abstime->tv_sec || (mono.tv_sec == abstime->tv_sec && mono.tv_nsec >= abstime->tv_nsec);
+  const bool passed =
+      mono.tv_sec > abstime->tv_sec || (mono.tv_sec == abstime->tv_sec && mono.tv_nsec >= abstime->tv_nsec);
   return passed ? ETIMEDOUT : 0;  // early: the caller re-reads its clock and waits again
 }
 }  // namespace ncclinsp::glibc_compat
@@ -146,7 +150,8 @@ char __libc_single_threaded = 0;
 // pthread_cond_clockwait where it has one (2.30 and newer), else ncclinsp::glibc_compat's.
 int pthread_cond_clockwait(pthread_cond_t* cv, pthread_mutex_t* m, clockid_t clock, const struct timespec* abstime) {
   using clockwait_fn = int (*)(pthread_cond_t*, pthread_mutex_t*, clockid_t, const struct timespec*);
-  static const auto real = reinterpret_cast<clockwait_fn>(old_dlvsym(RTLD_DEFAULT, "pthread_cond_clockwait", "GLIBC_2.30"));
+  static const auto real =
+      reinterpret_cast<clockwait_fn>(old_dlvsym(RTLD_DEFAULT, "pthread_cond_clockwait", "GLIBC_2.30"));
   return real ? real(cv, m, clock, abstime) : ncclinsp::glibc_compat::clockwait_by_timedwait(cv, m, clock, abstime);
 }
 
@@ -164,7 +169,7 @@ std::uint32_t arc4random() noexcept {
     ::close(fd);
     if (n == static_cast<ssize_t>(sizeof v)) return v;
   }
-  struct timespec t{};
+  struct timespec t {};
   syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);
   return static_cast<std::uint32_t>(t.tv_nsec) ^ static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(&v));
 }

@@ -62,8 +62,9 @@ PROBE ncclinsp_probe_exceptions() {
     if (theirs.dlfo_map_start != ours.dlfo_map_start || theirs.dlfo_map_end != ours.dlfo_map_end ||
         theirs.dlfo_eh_frame != ours.dlfo_eh_frame) {
       char b[256];
-      std::snprintf(b, sizeof b, "_dl_find_object differs from glibc's: %p-%p eh %p vs %p-%p eh %p", ours.dlfo_map_start,
-                    ours.dlfo_map_end, ours.dlfo_eh_frame, theirs.dlfo_map_start, theirs.dlfo_map_end, theirs.dlfo_eh_frame);
+      std::snprintf(b, sizeof b, "_dl_find_object differs from glibc's: %p-%p eh %p vs %p-%p eh %p",
+                    ours.dlfo_map_start, ours.dlfo_map_end, ours.dlfo_eh_frame, theirs.dlfo_map_start,
+                    theirs.dlfo_map_end, theirs.dlfo_eh_frame);
       return fail(b);
     }
   }
@@ -80,7 +81,8 @@ PROBE ncclinsp_probe_threads() {
     ran = 1;
   });
   t.join();
-  if (ran != 1 || g_thread_dtors != 1) return fail("std::thread: the thread or its thread_local destructor did not run");
+  if (ran != 1 || g_thread_dtors != 1)
+    return fail("std::thread: the thread or its thread_local destructor did not run");
   std::thread([] {}).detach();
   pthread_key_t k;
   int v = 7;
@@ -106,7 +108,8 @@ PROBE ncclinsp_probe_condition_variable() {
   auto t0 = clk::now();
   if (cv.wait_for(lk, std::chrono::milliseconds(30), [] { return false; })) return fail("wait_for: predicate true");
   auto waited = clk::now() - t0;
-  if (waited < std::chrono::milliseconds(30) || waited > std::chrono::seconds(5)) return fail("wait_for: wrong duration");
+  if (waited < std::chrono::milliseconds(30) || waited > std::chrono::seconds(5))
+    return fail("wait_for: wrong duration");
 
   pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t pc = PTHREAD_COND_INITIALIZER;
@@ -120,8 +123,7 @@ PROBE ncclinsp_probe_condition_variable() {
   t0 = clk::now();
   timespec dl = deadline_in(std::chrono::milliseconds(40));
   int rc;
-  while ((rc = ncclinsp::glibc_compat::clockwait_by_timedwait(&pc, &pm, CLOCK_MONOTONIC, &dl)) == 0) {
-  }
+  while ((rc = ncclinsp::glibc_compat::clockwait_by_timedwait(&pc, &pm, CLOCK_MONOTONIC, &dl)) == 0) {}
   waited = clk::now() - t0;
   if (rc != ETIMEDOUT || waited < std::chrono::milliseconds(40) || waited > std::chrono::seconds(5)) {
     pthread_mutex_unlock(&pm);
@@ -137,11 +139,11 @@ PROBE ncclinsp_probe_condition_variable() {
   });
   t0 = clk::now();
   dl = deadline_in(std::chrono::seconds(10));
-  while (!flag && (rc = ncclinsp::glibc_compat::clockwait_by_timedwait(&pc, &pm, CLOCK_MONOTONIC, &dl)) == 0) {
-  }
+  while (!flag && (rc = ncclinsp::glibc_compat::clockwait_by_timedwait(&pc, &pm, CLOCK_MONOTONIC, &dl)) == 0) {}
   pthread_mutex_unlock(&pm);
   notifier.join();
-  if (!flag || clk::now() - t0 > std::chrono::seconds(5)) return fail("clockwait fallback: a notification did not end the wait");
+  if (!flag || clk::now() - t0 > std::chrono::seconds(5))
+    return fail("clockwait fallback: a notification did not end the wait");
   if (ncclinsp::glibc_compat::clockwait_by_timedwait(&pc, &pm, CLOCK_PROCESS_CPUTIME_ID, &dl) != EINVAL) {
     return fail("clockwait fallback: an unsupported clock is not EINVAL");
   }
@@ -155,7 +157,8 @@ PROBE ncclinsp_probe_files_and_loader(const char* dir) {
   if (fd < 0 || ::write(fd, "12345", 5) != 5) return fail("cannot write " + file);
   ::unlink(link.c_str());
   if (::symlink(file.c_str(), link.c_str()) != 0) return fail("cannot link " + link);
-  struct stat s1{}, s2{}, s3{};
+  struct stat s1 {
+  }, s2{}, s3{};
   const bool ok = ::stat(link.c_str(), &s1) == 0 && ::fstat(fd, &s2) == 0 && ::lstat(link.c_str(), &s3) == 0;
   ::close(fd);
   if (!ok) return fail("stat/fstat/lstat failed");
@@ -163,8 +166,9 @@ PROBE ncclinsp_probe_files_and_loader(const char* dir) {
       s3.st_ino == s1.st_ino) {
     return fail("stat/fstat/lstat: wrong results");
   }
-  struct stat none{};
-  if (::stat((file + ".absent").c_str(), &none) != -1 || errno != ENOENT) return fail("stat of a missing file is not ENOENT");
+  struct stat none {};
+  if (::stat((file + ".absent").c_str(), &none) != -1 || errno != ENOENT)
+    return fail("stat of a missing file is not ENOENT");
   void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   if (!libc || !dlsym(libc, "getpid")) return fail("dlopen/dlsym of libc");
   Dl_info info{};
