@@ -137,9 +137,11 @@ void* dlvsym(void* handle, const char* name, const char* version) noexcept { ret
 int dladdr(const void* addr, Dl_info* info) noexcept { return old_dladdr(addr, info); }
 double exp(double x) noexcept { return old_exp(x); }
 double log(double x) noexcept { return old_log(x); }
+#if __GLIBC_PREREQ(2, 33)  // before, <sys/stat.h> itself turns these calls into the __xstat ones
 int stat(const char* path, struct stat* st) noexcept { return old___xstat(NCCLINSP_STAT_VER, path, st); }
 int fstat(int fd, struct stat* st) noexcept { return old___fxstat(NCCLINSP_STAT_VER, fd, st); }
 int lstat(const char* path, struct stat* st) noexcept { return old___lxstat(NCCLINSP_STAT_VER, path, st); }
+#endif
 
 // glibc 2.32's flag is read by libstdc++ to skip atomic reference counts in a process that has one
 // thread. The plugin always runs beside NCCL's threads: "not single-threaded" is always true, and
@@ -174,6 +176,7 @@ std::uint32_t arc4random() noexcept {
   return static_cast<std::uint32_t>(t.tv_nsec) ^ static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(&v));
 }
 
+#if __GLIBC_PREREQ(2, 35)  // a libgcc built against an older glibc walks dl_iterate_phdr itself
 // libgcc's unwinder (glibc 2.35) asks which loaded object holds a code address and where its
 // PT_GNU_EH_FRAME is; before 2.35 it walked dl_iterate_phdr, as this does. Exceptions only.
 int _dl_find_object(void* pc, struct dl_find_object* out) noexcept {
@@ -207,5 +210,6 @@ int _dl_find_object(void* pc, struct dl_find_object* out) noexcept {
       &s);
   return s.found ? 0 : -1;
 }
+#endif
 }  // extern "C"
 #pragma GCC visibility pop

@@ -4,6 +4,7 @@
 # under share/ncclinsp every rule file, every dashboard, the deploy files and the generated
 # Kubernetes manifests, without the validator's node project; bin/ncclinsp-cleaner when the
 # source tree has the cleaner.
+get_filename_component(SRC ${SRC} ABSOLUTE)
 file(REMOVE_RECURSE ${PREFIX})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${PREFIX} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)

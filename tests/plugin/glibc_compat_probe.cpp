@@ -48,8 +48,8 @@ PROBE ncclinsp_probe_exceptions() {
   } catch (const std::exception& e) {
     if (std::strcmp(e.what(), "probe") != 0) return fail("caught the wrong exception");
   }
+#if __GLIBC_PREREQ(2, 35)
   using find_fn = int (*)(void*, dl_find_object*);
-  extern int _dl_find_object(void*, dl_find_object*) noexcept;
   dl_find_object ours{};
   void* pc = reinterpret_cast<void*>(&ncclinsp_probe_exceptions);
   if (::_dl_find_object(pc, &ours) != 0 || !ours.dlfo_eh_frame) return fail("_dl_find_object: no object for our code");
@@ -68,6 +68,7 @@ PROBE ncclinsp_probe_exceptions() {
       return fail(b);
     }
   }
+#endif
   return nullptr;
 }
 
