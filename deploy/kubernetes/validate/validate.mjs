@@ -6,7 +6,8 @@
 //  - each dashboard ConfigMap's JSON;
 //  - what ncclinsp needs of them: the identity variables from the downward API in every container
 //    that loads the plugin, $(VAR) references defined before their use, the dump directory on the
-//    textfile hostPath, one textfile host path everywhere, and node-exporter's Helm values (--values)
+//    textfile hostPath, one textfile host path everywhere, every such pod in the directory's group
+//    (the cleaner DaemonSet's NCCLINSP_TEXTFILE_GID), and node-exporter's Helm values (--values)
 //    reading that same path.
 // The schemas check types, required fields, enums and formats; like the API server without strict
 // field validation they do not reject an unknown field.
@@ -52,6 +53,8 @@ if (files.length === 0) {
 const errors = [];
 const notes = [];
 const textfilePaths = new Map(); // host path -> where it was seen
+const textfileGids = new Set(); // the directory's group, from the cleaner DaemonSet
+const pluginPods = []; // [where, pod spec] of every pod that loads the plugin
 let validated = 0;
 
 function schemaCheck(Model, obj, where) {
@@ -83,7 +86,9 @@ function checkPod(spec, where) {
       defined.add(e.name);
     }
     const byName = new Map(env.map((e) => [e.name, e]));
+    if (byName.get("NCCLINSP_TEXTFILE_GID")?.value) textfileGids.add(Number(byName.get("NCCLINSP_TEXTFILE_GID").value));
     if (!byName.has("NCCL_PROFILER_PLUGIN")) continue;
+    pluginPods.push([cw, spec]);
     const field = (name) => byName.get(name)?.valueFrom?.fieldRef?.fieldPath;
     for (const [name, path] of [
       ["NODE_NAME", "spec.nodeName"],
@@ -182,6 +187,15 @@ for (const file of files) {
 
 if (textfilePaths.size > 1) {
   errors.push(`the ${TEXTFILE_VOLUME} hostPath differs between manifests: ${JSON.stringify(Object.fromEntries(textfilePaths))}`);
+}
+for (const gid of textfileGids) {
+  for (const [where, spec] of pluginPods) {
+    const sc = spec.securityContext ?? {};
+    const groups = [...(sc.supplementalGroups ?? []), sc.fsGroup, sc.runAsGroup].filter((g) => g !== undefined);
+    if (!groups.includes(gid) && sc.runAsUser !== 0) {
+      errors.push(`${where}: the pod is not in the textfile directory's group ${gid} (supplementalGroups), so it cannot write there`);
+    }
+  }
 }
 if (valuesFile) {
   const values = parse(readFileSync(valuesFile, "utf8"));
