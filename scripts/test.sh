@@ -7,7 +7,7 @@ BUILD=${1:-build-ci}
 
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev catch2 libbenchmark-dev libcli11-dev libsimdjson-dev libfmt-dev
       clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 chromium
-      binutils lintian dpkg-dev fakeroot nodejs)
+      binutils lintian dpkg-dev fakeroot nodejs g++-aarch64-linux-gnu)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 command -v npm >/dev/null || missing+=(npm)  # Debian's nodejs ships npm apart (NodeSource's includes it)
