@@ -6,9 +6,11 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-ci}
 
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev catch2 libbenchmark-dev libcli11-dev libsimdjson-dev libfmt-dev
-      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 chromium)
+      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 chromium
+      binutils lintian dpkg-dev fakeroot nodejs g++-aarch64-linux-gnu)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+command -v npm >/dev/null || missing+=(npm)  # Debian's nodejs ships npm apart (NodeSource's includes it)
 if ((${#missing[@]})); then
   echo "== installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -37,6 +39,10 @@ run_ctest() {
   fi
   rm -f "$log"
 }
+
+# The Kubernetes manifest validator's packages (ctest k8s_manifests), from the committed lockfile.
+stage "npm ci (deploy/kubernetes/validate)"
+(cd deploy/kubernetes/validate && npm ci --no-audit --no-fund --loglevel=error)
 
 # Main stage: the whole tree with g++ in Release (-O3: what users build first, and its
 # diagnostics differ from -O2's), every test.
