@@ -50,6 +50,14 @@ struct victim {
   bool untouched() const { return fixture::slurp(path) == content; }
   void plant(const std::string& at) const { REQUIRE(::symlink(path.c_str(), at.c_str()) == 0); }
 };
+/// A .prom file's metrics: its text after the owner line (checked to be there and ours).
+std::string metrics_of(const std::string& text) {
+  detail::owner_stamp o;
+  REQUIRE(detail::parse_owner_line(text, o));
+  CHECK(o.pid == ::getpid());
+  CHECK(o.uid == static_cast<long>(::geteuid()));
+  return text.substr(text.find('\n') + 1);
+}
 bool is_symlink(const std::string& p) {
   struct stat st {};
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
@@ -68,10 +76,10 @@ TEST_CASE("prom_textfile_sink writes one file per GPU, creating the directory", 
   CHECK(sink.write(snap) == export_result::success);
   const auto files = list_dir(dir);
   REQUIRE(files.size() == 2);
-  CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.prom");
+  CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.job-4242.prom");
   std::string want;
   format::write_prometheus(want, snap, "GPU-11111111-2222-3333-4444-555555555555");
-  CHECK(fixture::slurp(dir + "/" + files[0]) == want);
+  CHECK(metrics_of(fixture::slurp(dir + "/" + files[0])) == want);
   CHECK(logs.empty());
 }
 
@@ -309,7 +317,7 @@ TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never
   const auto snap = fixture::make_snapshot();
   const auto uuids = format::gpu_uuids(snap);
   REQUIRE(uuids.size() == 2);
-  const std::string name = prom_file_name(uuids[0]);
+  const std::string name = prom_file_name(uuids[0], "4242");
   v.plant(dir + "/" + name);
   // The name this sink used before it had unpredictable suffixes, and the pid-only prefix of today's.
   v.plant(dir + "/." + name + ".tmp." + std::to_string(::getpid()));
@@ -319,7 +327,7 @@ TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never
   CHECK(is_regular(dir + "/" + name));
   std::string want;
   format::write_prometheus(want, snap, uuids[0]);
-  CHECK(fixture::slurp(dir + "/" + name) == want);
+  CHECK(metrics_of(fixture::slurp(dir + "/" + name)) == want);
   CHECK(sink.failed_exports() == 0);
   // No temporary file left behind, and temporary names are not predictable from the pid.
   std::size_t temps = 0;
