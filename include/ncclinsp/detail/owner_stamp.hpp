@@ -100,7 +100,7 @@ inline owner_stamp this_process() {
   return s;
 }
 
-inline std::string percent_encode(std::string_view v) {
+inline std::string owner_encode(std::string_view v) {
   std::string r;
   for (unsigned char c : v) {
     const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -116,7 +116,7 @@ inline std::string percent_encode(std::string_view v) {
   return r;
 }
 
-inline std::string percent_decode(std::string_view v) {
+inline std::string owner_decode(std::string_view v) {
   auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
   std::string r;
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -137,9 +137,9 @@ inline std::string owner_line(const owner_stamp& p, std::string_view job, std::s
   std::snprintf(ts, sizeof ts, "%llu.%03llu", static_cast<unsigned long long>(ts_ns / 1000000000ull),
                 static_cast<unsigned long long>(ts_ns % 1000000000ull / 1000000ull));
   return std::string(owner_tag) + "uid=" + std::to_string(p.uid) + " pid=" + std::to_string(p.pid) +
-         " start=" + std::to_string(p.start) + " boot=" + percent_encode(p.boot) + " pidns=" +
-         std::to_string(p.pidns) + " ts=" + ts + " final=" + (final ? "1" : "0") + " host=" + percent_encode(host) +
-         " job=" + percent_encode(job) + "\n";
+         " start=" + std::to_string(p.start) + " boot=" + owner_encode(p.boot) + " pidns=" +
+         std::to_string(p.pidns) + " ts=" + ts + " final=" + (final ? "1" : "0") + " host=" + owner_encode(host) +
+         " job=" + owner_encode(job) + "\n";
 }
 
 /// Parses the first line of `text` as an owner line; false when it is not one (not our file).
@@ -176,7 +176,7 @@ inline bool parse_owner_line(std::string_view text, owner_stamp& out) {
     } else if (k == "start") {
       if (!number(v, s.start)) return false;
     } else if (k == "boot") {
-      s.boot = percent_decode(v);
+      s.boot = owner_decode(v);
     } else if (k == "pidns") {
       if (!number(v, s.pidns)) return false;
     } else if (k == "ts") {
@@ -192,9 +192,9 @@ inline bool parse_owner_line(std::string_view text, owner_stamp& out) {
     } else if (k == "final") {
       s.final = v == "1";
     } else if (k == "host") {
-      s.host = percent_decode(v);
+      s.host = owner_decode(v);
     } else if (k == "job") {
-      s.job = percent_decode(v);
+      s.job = owner_decode(v);
       has_job = !s.job.empty();
     }  // unknown keys: a newer writer's; ignored
   }
