@@ -3,8 +3,14 @@
 # as the job's user before each task and prints the environment the task gets ("export K=V"
 # lines). It turns ncclinsp on for the task, publishing to node_exporter's textfile directory.
 # A job opts out with NCCLINSP_DISABLE=1; a variable the job already set is left as it is.
-[ -r "${NCCLINSP_DEFAULTS:-/etc/default/ncclinsp}" ] && . "${NCCLINSP_DEFAULTS:-/etc/default/ncclinsp}"
 [ "${NCCLINSP_DISABLE:-0}" = 1 ] && exit 0
+# What the task set itself (even to ""), noted before the defaults file is read: that wins.
+JOB_SET=
+for v in NCCL_PROFILER_PLUGIN NCCL_INSPECTOR_ENABLE NCCL_INSPECTOR_PROM_DUMP NCCL_INSPECTOR_DUMP_DIR \
+  NCCLINSP_INTERVAL NCCLINSP_JOB_ID NCCLINSP_NODE_NAME; do
+  eval "[ -n \"\${$v+set}\" ]" && JOB_SET="$JOB_SET $v "
+done
+[ -r "${NCCLINSP_DEFAULTS:-/etc/default/ncclinsp}" ] && . "${NCCLINSP_DEFAULTS:-/etc/default/ncclinsp}"
 DIR=${NCCLINSP_TEXTFILE_DIR:-/var/lib/prometheus/node-exporter}
 PLUGIN=${NCCLINSP_PLUGIN:-/usr/lib/ncclinsp/libnccl-profiler-ncclinsp.so}
 # A value goes out only if it is one line without quotes or backslashes (Slurm parses these lines).
@@ -13,8 +19,7 @@ out() {
 '*) echo "print ncclinsp taskprolog: not exporting $1: unusable value" ; return ;; esac
   echo "export $1=$2"
 }
-# The task's own setting wins (an empty one too: eval "[ -n \${X+set} ]").
-unset_in_job() { eval "[ -z \"\${$1+set}\" ]"; }
+unset_in_job() { case $JOB_SET in *" $1 "*) return 1 ;; esac; }
 unset_in_job NCCL_PROFILER_PLUGIN && out NCCL_PROFILER_PLUGIN "$PLUGIN"
 unset_in_job NCCL_INSPECTOR_ENABLE && out NCCL_INSPECTOR_ENABLE 1
 unset_in_job NCCL_INSPECTOR_PROM_DUMP && out NCCL_INSPECTOR_PROM_DUMP 1

@@ -109,9 +109,12 @@ def prom_files(d):
 
 
 def file_job(path):
+    """The job key of an ncclinsp file's owner line, None when it has none."""
     with open(path) as f:
         first = f.readline()
-    return dict(kv.split("=", 1) for kv in first.split()[3:]).get("job")
+    if not first.startswith("# ncclinsp-owner v1 "):
+        return None
+    return dict(kv.split("=", 1) for kv in first.split()[3:] if "=" in kv).get("job")
 
 
 def scratch(name):

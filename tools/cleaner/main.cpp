@@ -10,8 +10,9 @@
 //   dead   when the lock exists and nobody holds it, or the pid is gone or reused;
 //   unknown otherwise (no lock, and another PID namespace or boot: a container without hostPID).
 // Removed: final files (the writer said it ended) older than --grace; files of dead writers;
-// files of unknown writers older than --stale-after (by their export timestamp); with --job K, the
-// files of job K unless their writer is alive. Never followed: symlinks (the directory itself
+// files of unknown writers older than --stale-after (by their export timestamp). With --job K only
+// job K's files are judged, and they go unless their writer is alive (the scheduler says it ended).
+// A removed file's lock goes with it; a lock whose file is gone goes when nobody holds it. Never followed: symlinks (the directory itself
 // included). Everything is decided and removed through the directory's descriptor, and an entry is
 // unlinked only if it is still the inode that was read.
 
@@ -127,6 +128,8 @@ bool unlink_same(int dfd, const std::string& name, const struct stat& st, const 
   return true;
 }
 
+void judge_lock(int dfd, const std::string& dir, const std::string& name, const settings& s);
+
 std::string age_text(double age) { return std::to_string(static_cast<long long>(age)) + " s"; }
 
 /// Decides one .prom (or temporary) file; returns true when it was removed.
@@ -147,6 +150,7 @@ bool judge(int dfd, const std::string& dir, const std::string& name, const setti
     if (s.verbose) std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(), why.c_str());
     return false;
   }
+  if (!s.job.empty() && o.job != s.job) return false;  // --job: that job's files only
   const double age = s.now - o.ts;
   const std::string who = "job " + o.job + ", pid " + std::to_string(o.pid);
   if (temp) {  // a write takes milliseconds: a temporary file this old lost its writer mid-write
@@ -214,9 +218,11 @@ int clean(const std::string& dir, const settings& s, const me& m) {
       temps.emplace_back(n);
   }
   ::closedir(d);
-  for (const auto& n : proms) judge(dfd, dir, n, s, m, false);
+  for (const auto& n : proms)
+    if (judge(dfd, dir, n, s, m, false)) judge_lock(dfd, dir, "." + n + ".lock", s);
   for (const auto& n : temps) judge(dfd, dir, n, s, m, true);
-  for (const auto& n : locks) judge_lock(dfd, dir, n, s);
+  if (s.job.empty())
+    for (const auto& n : locks) judge_lock(dfd, dir, n, s);
   ::close(dfd);
   return 0;
 }
