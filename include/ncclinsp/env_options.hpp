@@ -51,7 +51,8 @@ struct env_options {
   // ---- native ----
   std::vector<std::string> sinks;  ///< NCCLINSP_SINKS=prom,json,trace (default: from NCCL_INSPECTOR_PROM_DUMP)
   std::string node_name;           ///< NCCLINSP_NODE_NAME, else NODE_NAME (Kubernetes spec.nodeName), else host name
-  std::vector<std::pair<std::string, std::string>> labels;  ///< NCCLINSP_LABELS=cluster=a,team=b (+ k8s_namespace/k8s_pod)
+  std::vector<std::pair<std::string, std::string>>
+      labels;                        ///< NCCLINSP_LABELS=cluster=a,team=b (+ k8s_namespace/k8s_pod)
   bool user_tag_label = false;       ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
   std::string cuda_driver;           ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
   bool keep_prom_files = false;      ///< NCCLINSP_PROM_KEEP_FILES=1 leaves the final .prom files (for a cleaner)
@@ -61,8 +62,8 @@ struct env_options {
   std::chrono::milliseconds exit_flush{
       2000};  ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
   std::chrono::seconds retain_finalized{
-      120};  ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
-  std::string job_id;                    ///< the job key (label job_id): detail/job_identity.hpp's order
+      120};            ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
+  std::string job_id;  ///< the job key (label job_id): detail/job_identity.hpp's order
   std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID, else the job key (label)
   // ---- diagnosis signals (docs/diagnosis.md) ----
   bool detect = true;  ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
@@ -178,10 +179,10 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
     std::vector<std::pair<std::string, std::string>> kv;
     bool ok = true;
     static constexpr std::string_view reserved[] = {
-        "version",  "slurm_job_id", "job_id", "node",          "gpu",     "uuid",       "comm_name",
-        "comm_hash", "rank",        "nranks", "n_nodes",       "collective", "p2p_operation", "message_size",
-        "algo_proto", "le",         "reason", "user_tag",      "abi",     "final",      "job",
-        "instance",  "k8s_namespace", "k8s_pod"};
+        "version",       "slurm_job_id", "job_id",     "node",     "gpu",           "uuid",
+        "comm_name",     "comm_hash",    "rank",       "nranks",   "n_nodes",       "collective",
+        "p2p_operation", "message_size", "algo_proto", "le",       "reason",        "user_tag",
+        "abi",           "final",        "job",        "instance", "k8s_namespace", "k8s_pod"};
     detail::for_each_item(v, ',', [&](std::string_view item) {
       const auto eq = item.find('=');
       if (eq == std::string_view::npos || !detail::is_label_name(item.substr(0, eq))) {

@@ -22,9 +22,9 @@ using namespace ncclinsp_test;
 namespace {
 
 std::map<std::string, std::string> proxy_env(const std::string& dir, const char* sample) {
-  return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCL_INSPECTOR_PROM_DUMP", "1"},
-          {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
-          {"NCCLINSP_NODE_NAME", "nodeP"},  {"NCCLINSP_PROXY", "1"},
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},    {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+          {"NCCL_INSPECTOR_DUMP_DIR", dir},  {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+          {"NCCLINSP_NODE_NAME", "nodeP"},   {"NCCLINSP_PROXY", "1"},
           {"NCCLINSP_PROXY_SAMPLE", sample}, {"SLURM_JOB_ID", "88"},
           {"NCCLINSP_PROM_KEEP_FILES", "1"}};
 }

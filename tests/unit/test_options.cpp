@@ -163,9 +163,14 @@ TEST_CASE("precedence between variable pairs, each pair with different values", 
 TEST_CASE("job key: NCCLINSP_JOB_ID, then the schedulers, then the variable NCCLINSP_JOB_ID_FROM names",
           "[options][identity]") {
   env e;
-  const std::vector<std::pair<const char*, const char*>> sources = {
-      {"NCCLINSP_JOB_ID", "explicit"}, {"SLURM_JOB_ID", "101"}, {"PBS_JOBID", "202.pbs-server"},
-      {"LSB_JOBID", "303"},            {"FLUX_JOB_ID", "\xc6\x92" "2Xh5Wo"}, {"JOB_NAME", "from-pod"}};
+  const std::vector<std::pair<const char*, const char*>> sources = {{"NCCLINSP_JOB_ID", "explicit"},
+                                                                    {"SLURM_JOB_ID", "101"},
+                                                                    {"PBS_JOBID", "202.pbs-server"},
+                                                                    {"LSB_JOBID", "303"},
+                                                                    {"FLUX_JOB_ID",
+                                                                     "\xc6\x92"
+                                                                     "2Xh5Wo"},
+                                                                    {"JOB_NAME", "from-pod"}};
   // Each source wins over the ones after it; removing it from the front hands over to the next.
   for (std::size_t first = 0; first < sources.size(); ++first) {
     e.vars = {{"NCCLINSP_JOB_ID_FROM", "JOB_NAME"}};
@@ -187,9 +192,9 @@ TEST_CASE("Kubernetes: no Slurm variables, NODE_NAME and pod variables yield a j
   env e;
   // What deploy/kubernetes passes through the downward API: spec.nodeName, metadata.namespace,
   // metadata.name and the JobSet name label.
-  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"},        {"NCCL_INSPECTOR_PROM_DUMP", "1"},
-            {"NODE_NAME", "gpu-node-17"},          {"POD_NAMESPACE", "team-a"},
-            {"POD_NAME", "llama-trainer-0-3-x7k"}, {"JOBSET_NAME", "llama"},
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"},         {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+            {"NODE_NAME", "gpu-node-17"},           {"POD_NAMESPACE", "team-a"},
+            {"POD_NAME", "llama-trainer-0-3-x7k"},  {"JOBSET_NAME", "llama"},
             {"NCCLINSP_JOB_ID_FROM", "JOBSET_NAME"}};
   auto o = e.parse();
   CHECK(o.job_id == "team-a/llama");
@@ -226,8 +231,11 @@ TEST_CASE("Kubernetes: no Slurm variables, NODE_NAME and pod variables yield a j
 
 TEST_CASE("malformed identity values: one clear warning each, the next source used", "[options][identity][hostile]") {
   env e;
-  e.vars = {{"NCCLINSP_JOB_ID", "bad\nkey"}, {"SLURM_JOB_ID", std::string(300, '9')}, {"PBS_JOBID", "7.pbs"},
-            {"NCCLINSP_NODE_NAME", "n\x01"},  {"NODE_NAME", "k8s-node"}};
+  e.vars = {{"NCCLINSP_JOB_ID", "bad\nkey"},
+            {"SLURM_JOB_ID", std::string(300, '9')},
+            {"PBS_JOBID", "7.pbs"},
+            {"NCCLINSP_NODE_NAME", "n\x01"},
+            {"NODE_NAME", "k8s-node"}};
   auto o = e.parse();
   CHECK(o.job_id == "7.pbs");
   CHECK(o.slurm_job_id == "7.pbs");

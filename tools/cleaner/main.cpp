@@ -40,10 +40,10 @@ using ncclinsp::detail::owner_stamp;
 
 struct settings {
   std::vector<std::string> dirs;
-  std::string job;            // --job: remove this job's files (its scheduler says it ended)
-  double grace = 120;         // --grace: how long a final file stays for the last scrapes
-  double stale_after = 600;   // --stale-after: bound for files whose writer cannot be checked
-  double now = 0;             // --now: Unix time to judge ages by (tests, what-if runs)
+  std::string job;           // --job: remove this job's files (its scheduler says it ended)
+  double grace = 120;        // --grace: how long a final file stays for the last scrapes
+  double stale_after = 600;  // --stale-after: bound for files whose writer cannot be checked
+  double now = 0;            // --now: Unix time to judge ages by (tests, what-if runs)
   bool dry_run = false;
   bool verbose = false;
 };
@@ -51,7 +51,9 @@ struct settings {
 constexpr std::string_view prefix = "nccl_inspector_metrics_";
 constexpr std::string_view suffix = ".prom";
 
-bool ends_with(std::string_view s, std::string_view e) { return s.size() >= e.size() && s.substr(s.size() - e.size()) == e; }
+bool ends_with(std::string_view s, std::string_view e) {
+  return s.size() >= e.size() && s.substr(s.size() - e.size()) == e;
+}
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
 enum class writer { alive, dead, unknown };
@@ -136,7 +138,9 @@ std::string age_text(double age) { return std::to_string(static_cast<long long>(
 bool judge(int dfd, const std::string& dir, const std::string& name, const settings& s, const me& m, bool temp) {
   const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (s.verbose) std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(), errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
+    if (s.verbose)
+      std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(),
+                  errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
     return false;
   }
   struct stat st {};
@@ -155,7 +159,8 @@ bool judge(int dfd, const std::string& dir, const std::string& name, const setti
   const std::string who = "job " + o.job + ", pid " + std::to_string(o.pid);
   if (temp) {  // a write takes milliseconds: a temporary file this old lost its writer mid-write
     const double mage = s.now - static_cast<double>(st.st_mtime);
-    if (mage >= s.grace) return unlink_same(dfd, name, st, s, dir, who + ": temporary file left " + age_text(mage) + " ago");
+    if (mage >= s.grace)
+      return unlink_same(dfd, name, st, s, dir, who + ": temporary file left " + age_text(mage) + " ago");
     return false;
   }
   writer w = lock_state(dfd, "." + name + ".lock");
@@ -173,8 +178,11 @@ bool judge(int dfd, const std::string& dir, const std::string& name, const setti
   if (o.final) return false;  // dead or not, a final file stays for its grace
   if (w == writer::dead) return unlink_same(dfd, name, st, s, dir, who + ": writer gone");
   if (age >= s.stale_after)
-    return unlink_same(dfd, name, st, s, dir, who + ": writer not checkable here, last export " + age_text(age) + " ago");
-  if (s.verbose) std::printf("kept %s/%s (%s: writer not checkable, %s old)\n", dir.c_str(), name.c_str(), who.c_str(), age_text(age).c_str());
+    return unlink_same(dfd, name, st, s, dir,
+                       who + ": writer not checkable here, last export " + age_text(age) + " ago");
+  if (s.verbose)
+    std::printf("kept %s/%s (%s: writer not checkable, %s old)\n", dir.c_str(), name.c_str(), who.c_str(),
+                age_text(age).c_str());
   return false;
 }
 
@@ -200,7 +208,8 @@ int clean(const std::string& dir, const settings& s, const me& m) {
   }
   struct stat dst {};
   if (::fstat(dfd, &dst) == 0 && (dst.st_mode & S_IWOTH))
-    std::fprintf(stderr, "ncclinsp-cleaner: warning: %s is writable by every user; see deploy/slurm/setup-textfile-dir.sh\n",
+    std::fprintf(stderr,
+                 "ncclinsp-cleaner: warning: %s is writable by every user; see deploy/slurm/setup-textfile-dir.sh\n",
                  dir.c_str());
   DIR* d = ::fdopendir(::dup(dfd));
   if (!d) {
@@ -214,7 +223,8 @@ int clean(const std::string& dir, const settings& s, const me& m) {
       proms.emplace_back(n);
     else if (n.size() > 1 && n[0] == '.' && starts_with(n.substr(1), prefix) && ends_with(n, ".prom.lock"))
       locks.emplace_back(n);
-    else if (n.size() > 1 && n[0] == '.' && starts_with(n.substr(1), prefix) && n.find(".prom.tmp.") != std::string_view::npos)
+    else if (n.size() > 1 && n[0] == '.' && starts_with(n.substr(1), prefix) &&
+             n.find(".prom.tmp.") != std::string_view::npos)
       temps.emplace_back(n);
   }
   ::closedir(d);
@@ -228,16 +238,17 @@ int clean(const std::string& dir, const settings& s, const me& m) {
 }
 
 int usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--job KEY] [--grace S] [--stale-after S] [--dry-run] [--verbose] [--now T] DIR...\n"
-               "Removes ncclinsp .prom files of ended and killed jobs from DIR (node_exporter's textfile directory).\n"
-               "  --job KEY        also remove job KEY's files now, unless their writer is alive (a scheduler epilog)\n"
-               "  --grace S        final files (the job ended normally) stay this long after their last export (120)\n"
-               "  --stale-after S  files whose writer cannot be checked from here go this long after their last export (600)\n"
-               "  --dry-run        print what would be removed, remove nothing\n"
-               "  --verbose        also say what is kept, and why\n"
-               "  --now T          judge ages at Unix time T instead of the clock\n",
-               argv0);
+  std::fprintf(
+      rc ? stderr : stdout,
+      "usage: %s [--job KEY] [--grace S] [--stale-after S] [--dry-run] [--verbose] [--now T] DIR...\n"
+      "Removes ncclinsp .prom files of ended and killed jobs from DIR (node_exporter's textfile directory).\n"
+      "  --job KEY        also remove job KEY's files now, unless their writer is alive (a scheduler epilog)\n"
+      "  --grace S        final files (the job ended normally) stay this long after their last export (120)\n"
+      "  --stale-after S  files whose writer cannot be checked from here go this long after their last export (600)\n"
+      "  --dry-run        print what would be removed, remove nothing\n"
+      "  --verbose        also say what is kept, and why\n"
+      "  --now T          judge ages at Unix time T instead of the clock\n",
+      argv0);
   return rc;
 }
 

@@ -123,8 +123,10 @@ class env_reader {
     bool ok = s.size() <= 256;
     for (unsigned char c : s) ok = ok && c >= 0x20 && c != 0x7f;
     if (!ok) {
-      emitf(log_, log_level::warn, "ignoring {}: expected printable text of at most 256 bytes (it has {} bytes{}); "
-            "using the next source", k, s.size(), s.size() <= 256 ? ", control characters among them" : "");
+      emitf(log_, log_level::warn,
+            "ignoring {}: expected printable text of at most 256 bytes (it has {} bytes{}); "
+            "using the next source",
+            k, s.size(), s.size() <= 256 ? ", control characters among them" : "");
       return false;
     }
     out = v;

@@ -13,11 +13,11 @@
 namespace ncclinsp::detail {
 
 struct job_identity {
-  std::string job_id;         ///< the job key the rules group by; never empty
-  std::string slurm_job_id;   ///< SLURM_JOB_ID, else the job key (NVIDIA's dashboard filters on it)
-  std::string node;           ///< NCCLINSP_NODE_NAME, NODE_NAME (downward API spec.nodeName), host name
-  std::string k8s_namespace;  ///< NCCLINSP_K8S_NAMESPACE, POD_NAMESPACE; empty off Kubernetes
-  std::string k8s_pod;        ///< NCCLINSP_K8S_POD, POD_NAME
+  std::string job_id;              ///< the job key the rules group by; never empty
+  std::string slurm_job_id;        ///< SLURM_JOB_ID, else the job key (NVIDIA's dashboard filters on it)
+  std::string node;                ///< NCCLINSP_NODE_NAME, NODE_NAME (downward API spec.nodeName), host name
+  std::string k8s_namespace;       ///< NCCLINSP_K8S_NAMESPACE, POD_NAMESPACE; empty off Kubernetes
+  std::string k8s_pod;             ///< NCCLINSP_K8S_POD, POD_NAME
   bool job_from_fallback = false;  ///< nothing named the job: job_id is "host:<node>:<pid>"
 };
 

@@ -26,13 +26,13 @@ inline constexpr std::string_view owner_tag = "# ncclinsp-owner v1 ";
 struct owner_stamp {
   long uid = -1;
   long pid = 0;
-  std::uint64_t start = 0;   ///< process start, clock ticks since boot
-  std::string boot;          ///< /proc/sys/kernel/random/boot_id
-  std::uint64_t pidns = 0;   ///< inode of /proc/self/ns/pid (0: unknown)
-  double ts = 0;             ///< Unix time of the export, seconds
-  bool final = false;        ///< written at shutdown
-  std::string host;          ///< the writer's host name (for people; not used to decide)
-  std::string job;           ///< the job key (label job_id)
+  std::uint64_t start = 0;  ///< process start, clock ticks since boot
+  std::string boot;         ///< /proc/sys/kernel/random/boot_id
+  std::uint64_t pidns = 0;  ///< inode of /proc/self/ns/pid (0: unknown)
+  double ts = 0;            ///< Unix time of the export, seconds
+  bool final = false;       ///< written at shutdown
+  std::string host;         ///< the writer's host name (for people; not used to decide)
+  std::string job;          ///< the job key (label job_id)
 };
 
 /// The first `max` bytes of a small file under /proc, or "" when it cannot be read.
@@ -68,7 +68,8 @@ inline bool proc_start(long pid, std::uint64_t& start, char* state = nullptr) {
   }
   std::uint64_t v = 0;
   bool any = false;
-  for (; at < st.size() && st[at] >= '0' && st[at] <= '9'; ++at, any = true) v = v * 10 + static_cast<unsigned>(st[at] - '0');
+  for (; at < st.size() && st[at] >= '0' && st[at] <= '9'; ++at, any = true)
+    v = v * 10 + static_cast<unsigned>(st[at] - '0');
   start = v;
   return any;
 }
@@ -117,7 +118,12 @@ inline std::string owner_encode(std::string_view v) {
 }
 
 inline std::string owner_decode(std::string_view v) {
-  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
+  };
   std::string r;
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
@@ -131,15 +137,15 @@ inline std::string owner_decode(std::string_view v) {
 }
 
 /// The owner line (with its newline) for `p` writing job `job` at Unix time `ts_ns`.
-inline std::string owner_line(const owner_stamp& p, std::string_view job, std::string_view host,
-                              std::uint64_t ts_ns, bool final) {
+inline std::string owner_line(const owner_stamp& p, std::string_view job, std::string_view host, std::uint64_t ts_ns,
+                              bool final) {
   char ts[32];
   std::snprintf(ts, sizeof ts, "%llu.%03llu", static_cast<unsigned long long>(ts_ns / 1000000000ull),
                 static_cast<unsigned long long>(ts_ns % 1000000000ull / 1000000ull));
   return std::string(owner_tag) + "uid=" + std::to_string(p.uid) + " pid=" + std::to_string(p.pid) +
-         " start=" + std::to_string(p.start) + " boot=" + owner_encode(p.boot) + " pidns=" +
-         std::to_string(p.pidns) + " ts=" + ts + " final=" + (final ? "1" : "0") + " host=" + owner_encode(host) +
-         " job=" + owner_encode(job) + "\n";
+         " start=" + std::to_string(p.start) + " boot=" + owner_encode(p.boot) + " pidns=" + std::to_string(p.pidns) +
+         " ts=" + ts + " final=" + (final ? "1" : "0") + " host=" + owner_encode(host) + " job=" + owner_encode(job) +
+         "\n";
 }
 
 /// Parses the first line of `text` as an owner line; false when it is not one (not our file).

@@ -147,9 +147,10 @@ class basic_prom_textfile_sink {
     const std::string pid = ".pid" + std::to_string(::getpid());
     std::string why;
     for (int attempt = 0; attempt < 3; ++attempt) {
-      const std::string name = attempt == 0   ? base
-                               : attempt == 1 ? prom_file_name(uuid, job, pid)
-                                              : prom_file_name(uuid, job, pid + "." + detail::random_hex().substr(0, 8));
+      const std::string name = attempt == 0 ? base
+                               : attempt == 1
+                                   ? prom_file_name(uuid, job, pid)
+                                   : prom_file_name(uuid, job, pid + "." + detail::random_hex().substr(0, 8));
       if (foreign(name)) {
         if (why.empty()) why = "a file there belongs to another user (not replaced)";
         continue;
