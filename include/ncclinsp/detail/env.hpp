@@ -121,7 +121,10 @@ class env_reader {
     if (!v) return false;
     const std::string_view s(v);
     bool ok = s.size() <= 256;
-    for (unsigned char c : s) ok = ok && c >= 0x20 && c != 0x7f;
+    for (char ch : s) {
+      const auto c = static_cast<unsigned char>(ch);
+      ok = ok && c >= 0x20 && c != 0x7f;
+    }
     if (!ok) {
       std::string shown(s.substr(0, 64));
       for (auto& c : shown)

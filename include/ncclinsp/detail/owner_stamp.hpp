@@ -103,7 +103,8 @@ inline owner_stamp this_process() {
 
 inline std::string owner_encode(std::string_view v) {
   std::string r;
-  for (unsigned char c : v) {
+  for (char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
     const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
                        c == '_' || c == ':' || c == '/' || c == '@' || c == '+' || c == '-';
     if (plain) {
