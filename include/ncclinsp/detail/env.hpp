@@ -129,9 +129,10 @@ class env_reader {
       std::string shown(s.substr(0, 64));
       for (auto& c : shown)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // the warning stays one line
-      emitf(log_, log_level::warn,
-            "ignoring {}=\"{}\": expected printable text of at most 256 bytes (it has {} bytes{}); using the next source",
-            k, shown, s.size(), s.size() <= 256 ? ", control characters among them" : "");
+      emitf(
+          log_, log_level::warn,
+          "ignoring {}=\"{}\": expected printable text of at most 256 bytes (it has {} bytes{}); using the next source",
+          k, shown, s.size(), s.size() <= 256 ? ", control characters among them" : "");
       return false;
     }
     out = v;
