@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from deploy_common import (PREFIX, check, exited_pid, fail, finish, need_root, owner_line, plant, prom_files,
+from deploy_common import (CLEANER, PREFIX, check, exited_pid, fail, finish, need_root, owner_line, plant, prom_files,
                            proc_start, run_cleaner, scratch, start_writer)
 
 need_root()
@@ -83,6 +83,27 @@ live.wait()
 run_cleaner(d2)
 check(prom_files(d2) == [], "once killed, its file goes at the next run")
 check(not [n for n in os.listdir(d2) if n.endswith(".lock")], "and no lock file is left behind")
+
+# --every (a DaemonSet's loop): a killed job's file goes within one period, the live one stays.
+d3 = scratch("cleaner-every")
+live = start_writer("GPU-live", "hold", {"NCCL_INSPECTOR_DUMP_DIR": d3, "NCCLINSP_JOB_ID": "20"})
+victim3 = start_writer("GPU-victim", "hold", {"NCCL_INSPECTOR_DUMP_DIR": d3, "NCCLINSP_JOB_ID": "21"})
+loop = subprocess.Popen([CLEANER, "--every", "0.2", d3], stdout=subprocess.DEVNULL)
+victim3.kill()
+victim3.wait()
+t_kill = time.time()
+while any(".job-21." in n for n in prom_files(d3)) and time.time() - t_kill < 10:
+    time.sleep(0.05)
+gone_after = time.time() - t_kill
+check(gone_after < 1.0, f"--every 0.2: the killed job's file is gone {gone_after:.2f} s after the kill")
+time.sleep(0.5)
+check(any(".job-20." in n for n in prom_files(d3)) and loop.poll() is None, "the live job's file stays, the loop runs on")
+loop.terminate()
+loop.wait()
+live.kill()
+live.wait()
+r = run_cleaner("--every", "1", "--job", "x", d3, check_rc=False)
+check(r.returncode == 1, "--every refuses --job (an epilog runs once)")
 
 r = run_cleaner(os.path.join(d, PREFIX + "link.prom"), check_rc=False)
 check(r.returncode == 2, "a directory given as a symlink is refused")

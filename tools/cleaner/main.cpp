@@ -44,6 +44,7 @@ struct settings {
   double grace = 120;        // --grace: how long a final file stays for the last scrapes
   double stale_after = 600;  // --stale-after: bound for files whose writer cannot be checked
   double now = 0;            // --now: Unix time to judge ages by (tests, what-if runs)
+  double every = 0;          // --every: run again every this many seconds (a DaemonSet's loop)
   bool dry_run = false;
   bool verbose = false;
 };
@@ -240,14 +241,15 @@ int clean(const std::string& dir, const settings& s, const me& m) {
 int usage(const char* argv0, int rc) {
   std::fprintf(
       rc ? stderr : stdout,
-      "usage: %s [--job KEY] [--grace S] [--stale-after S] [--dry-run] [--verbose] [--now T] DIR...\n"
+      "usage: %s [--job KEY] [--grace S] [--stale-after S] [--dry-run] [--verbose] [--now T] [--every S] DIR...\n"
       "Removes ncclinsp .prom files of ended and killed jobs from DIR (node_exporter's textfile directory).\n"
       "  --job KEY        also remove job KEY's files now, unless their writer is alive (a scheduler epilog)\n"
       "  --grace S        final files (the job ended normally) stay this long after their last export (120)\n"
       "  --stale-after S  files whose writer cannot be checked from here go this long after their last export (600)\n"
       "  --dry-run        print what would be removed, remove nothing\n"
       "  --verbose        also say what is kept, and why\n"
-      "  --now T          judge ages at Unix time T instead of the clock\n",
+      "  --now T          judge ages at Unix time T instead of the clock\n"
+      "  --every S        keep running: clean every S seconds (a Kubernetes DaemonSet)\n",
       argv0);
   return rc;
 }
@@ -281,9 +283,9 @@ int main(int argc, char** argv) {
       s.verbose = true;
     } else if (a == "--job") {
       s.job = value("--job");
-    } else if (a == "--grace" || a == "--stale-after" || a == "--now") {
+    } else if (a == "--grace" || a == "--stale-after" || a == "--now" || a == "--every") {
       const char* v = value(argv[i]);
-      double& out = a == "--grace" ? s.grace : a == "--stale-after" ? s.stale_after : s.now;
+      double& out = a == "--grace" ? s.grace : a == "--stale-after" ? s.stale_after : a == "--now" ? s.now : s.every;
       if (!number(v, out)) {
         std::fprintf(stderr, "ncclinsp-cleaner: %s: expected a number of seconds, got \"%s\"\n", argv[i - 1], v);
         return usage(argv[0], 1);
@@ -296,13 +298,26 @@ int main(int argc, char** argv) {
     }
   }
   if (s.dirs.empty()) return usage(argv[0], 1);
-  if (s.now == 0) {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    s.now = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  if (s.every > 0 && (s.now != 0 || !s.job.empty() || s.dry_run)) {
+    std::fprintf(stderr, "ncclinsp-cleaner: --every runs on the clock, without --now, --job or --dry-run\n");
+    return usage(argv[0], 1);
   }
+  const bool fixed_now = s.now != 0;
   const me m;
   int rc = 0;
-  for (const auto& d : s.dirs) rc = std::max(rc, clean(d, s, m));
+  for (;;) {
+    if (!fixed_now) {
+      timespec ts{};
+      ::clock_gettime(CLOCK_REALTIME, &ts);
+      s.now = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+    }
+    rc = 0;
+    for (const auto& d : s.dirs) rc = std::max(rc, clean(d, s, m));
+    std::fflush(stdout);
+    if (s.every <= 0) break;
+    const auto ns = static_cast<long long>(s.every * 1e9);
+    timespec pause{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    while (::nanosleep(&pause, &pause) != 0 && errno == EINTR) {}
+  }
   return rc;
 }
