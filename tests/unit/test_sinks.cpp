@@ -447,3 +447,30 @@ TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file,
   CHECK(sink.dropped() == 0);
   CHECK(count_lines(text) == (writes + 1) * per_write_lines);  // no line lost, none doubled
 }
+
+TEST_CASE("prom_textfile_sink warns once per directory about a shared one anyone, or its group, may overwrite",
+          "[sink][prom][shared]") {
+  const auto snap = fixture::make_snapshot();
+  auto warnings_in = [&](mode_t mode) {
+    const auto dir = scratch_dir("shared");
+    REQUIRE(detail::make_dirs(dir) == 0);
+    REQUIRE(::chmod(dir.c_str(), mode) == 0);
+    std::vector<std::string> logs;
+    for (int sink_instance = 0; sink_instance < 2; ++sink_instance) {  // a re-initialized plugin: a new sink
+      prom_textfile_sink sink({.dir = dir, .log = [&](log_level l, std::string_view m) {
+                                 if (l == log_level::warn) logs.emplace_back(m);
+                               }});
+      CHECK(sink.write(snap) == export_result::success);  // a warning, never a failed publish
+      CHECK(sink.write(snap) == export_result::success);
+    }
+    return logs;
+  };
+  auto world = warnings_in(01777);
+  REQUIRE(world.size() == 1);
+  CHECK(world[0].find("writable by every user (mode 1777)") != std::string::npos);
+  auto group = warnings_in(0775);
+  REQUIRE(group.size() == 1);
+  CHECK(group[0].find("without the sticky bit") != std::string::npos);
+  CHECK(warnings_in(03775).empty());  // the documented setup (deploy/slurm/setup-textfile-dir.sh)
+  CHECK(warnings_in(0755).empty());
+}

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -166,12 +167,18 @@ class basic_prom_textfile_sink {
     return chosen = prom_file_name(uuid, job, pid + "." + detail::random_hex());  // all taken: one of our own
   }
 
-  /// One warning when the directory is shared unsafely (see shared_dir_problem).
+  /// One warning per directory and process (a re-initialized plugin does not repeat it).
   void check_dir_once() {
     if (dir_checked_) return;
     struct stat st {};
     if (::stat(o_.dir.c_str(), &st) != 0) return;  // not there yet: the first write creates it, then we look
     dir_checked_ = true;
+    static std::mutex mu;
+    static auto* warned = new std::set<std::string>();  // never destroyed: exporter threads may outlive statics
+    {
+      std::lock_guard lk(mu);
+      if (!warned->insert(o_.dir).second) return;
+    }
     const std::string why = shared_dir_problem(o_.dir);
     if (!why.empty())
       emitf(o_.log, log_level::warn,
