@@ -128,6 +128,6 @@ int main(int argc, char** argv) {
     cudaFree(peer_buf[i]);
   }
   insp.reset();  // final export
-  std::printf("metrics in %s/nccl_inspector_metrics_<uuid>.prom\n", dir.c_str());
+  std::printf("metrics in %s/nccl_inspector_metrics_<uuid>.job-<job key>.prom\n", dir.c_str());
   return 0;
 }

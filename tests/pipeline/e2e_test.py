@@ -96,15 +96,15 @@ LATE_AT = 60
 # export window (~1 s) and may or may not be caught by a scrape.
 FIRST_STEP_ONLY = {"Broadcast"}
 
-IDENT = {"slurm_job_id", "node", "gpu", "uuid"}
+IDENT = {"job_id", "slurm_job_id", "node", "gpu", "uuid"}
 COMM = {"comm_name", "comm_hash", "rank", "nranks", "n_nodes"}
 OP = {"collective", "message_size", "algo_proto"}
 SCRAPE = {"job", "instance", "node_instance"}
 USER = {"cluster": "e2e"}   # NCCLINSP_LABELS=cluster=e2e
 COMPAT_COLL = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "collective",
-               "message_size", "algo_proto", "uuid"}
+               "message_size", "algo_proto", "job_id", "uuid"}
 COMPAT_P2P = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "p2p_operation",
-              "message_size", "uuid"}
+              "message_size", "job_id", "uuid"}
 # Expected label names per family (besides SCRAPE); user labels are added where the plugin writes them.
 EXPECTED = {
     "nccl_bus_bandwidth_gbs": COMPAT_COLL,
