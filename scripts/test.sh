@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-ci}
 
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev catch2 libbenchmark-dev libcli11-dev libsimdjson-dev libfmt-dev util-linux
-      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 chromium
+      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 python3-yaml chromium
       binutils lintian dpkg-dev fakeroot nodejs g++-aarch64-linux-gnu)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
