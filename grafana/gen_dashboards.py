@@ -153,7 +153,9 @@ def busbw(sel, by):
 
 def native():
     L = Layout()
-    J = 'slurm_job_id=~"$job"'
+    # The job key of the rules (job_id: Slurm/PBS/LSF/Flux job id, <namespace>/<name> on
+    # Kubernetes), not the Slurm-only label, which is "unknown" elsewhere and would merge jobs.
+    J = 'job_id=~"$job"'
     N = 'node=~"$node"'
     C = 'comm_name=~"$comm_name"'
     K = 'collective=~"$collective"'
@@ -209,8 +211,8 @@ def native():
                 "{{collective}} {{message_size}}")], min0=False))
 
     L.add_row("Per-host attribution (host bus bandwidth / job median)")
-    by_node = "slurm_job_id, node, comm_name, n_nodes, collective, message_size"
-    by_grp = "slurm_job_id, comm_name, n_nodes, collective, message_size"
+    by_node = "job_id, node, comm_name, n_nodes, collective, message_size"
+    by_grp = "job_id, comm_name, n_nodes, collective, message_size"
     sel_all = f"{J}, {C}, {K}"  # median over ALL nodes of the job, not only the selected ones
     host = busbw(f"{sel_all}, {N}", by_node)
     med = f"quantile by ({by_grp}) (0.5,\n{busbw(sel_all, by_node)}\n)"
@@ -309,12 +311,12 @@ def native():
         "Alert NcclinspExporterStale fires above 60 s.", thresholds=[(60, "red")]), w=8)
 
     variables = [
-        query_var("job", "Slurm job", "label_values(ncclinsp_ops_total, slurm_job_id)"),
-        query_var("node", "Node", 'label_values(ncclinsp_ops_total{slurm_job_id=~"$job"}, node)'),
+        query_var("job", "Job", "label_values(ncclinsp_ops_total, job_id)"),
+        query_var("node", "Node", 'label_values(ncclinsp_ops_total{job_id=~"$job"}, node)'),
         query_var("comm_name", "Communicator",
-                  'label_values(ncclinsp_ops_total{slurm_job_id=~"$job", node=~"$node"}, comm_name)'),
+                  'label_values(ncclinsp_ops_total{job_id=~"$job", node=~"$node"}, comm_name)'),
         query_var("collective", "Collective",
-                  'label_values(ncclinsp_ops_total{slurm_job_id=~"$job", node=~"$node", '
+                  'label_values(ncclinsp_ops_total{job_id=~"$job", node=~"$node", '
                   'comm_name=~"$comm_name"}, collective)'),
     ]
     return dashboard(

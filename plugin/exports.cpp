@@ -31,23 +31,23 @@ abi::result_t init_v4(void** ctx, int* mask, const char* name, std::uint64_t has
   }
 }
 
-// Events before the first init (NCCL sends none) find no state and are ignored.
+// Events before the first init (NCCL sends none) find no adapter and are ignored.
 template <class Descr>
 abi::result_t start_event(void* ctx, void** handle, Descr* d) noexcept {
-  plugin_state* s = plugin_state::existing();
-  if (!s) {
+  plugin::event_adapter* a = plugin_state::events();
+  if (!a) {
     if (handle) *handle = nullptr;
     return abi::success;
   }
-  return s->start_event(ctx, handle, d);
+  return a->start_event(ctx, handle, d);
 }
 abi::result_t stop_event(void* handle) noexcept {
-  plugin_state* s = plugin_state::existing();
-  return s ? s->stop_event(handle) : abi::success;
+  plugin::event_adapter* a = plugin_state::events();
+  return a ? a->stop_event(handle) : abi::success;
 }
 abi::result_t record_event_state(void* handle, abi::event_state state, abi::state_args* args) noexcept {
-  plugin_state* s = plugin_state::existing();
-  return s ? s->record_state(handle, state, args) : abi::success;
+  plugin::event_adapter* a = plugin_state::events();
+  return a ? a->record_state(handle, state, args) : abi::success;
 }
 abi::result_t finalize(void* ctx) noexcept {
   plugin_state* s = plugin_state::existing();

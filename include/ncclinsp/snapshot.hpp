@@ -50,7 +50,8 @@ struct process_identity {
   std::string node{};      ///< node label (host name or NCCLINSP_NODE_NAME)
   std::string hostname{};  ///< real host name (JSON metadata)
   std::string slurm_job_id = "unknown";
-  std::string abi = "embedded";                               ///< profiler ABI NCCL loaded ("v7"), or "embedded"
+  std::string job_id{};          ///< the job key (label job_id); empty: the same as slurm_job_id
+  std::string abi = "embedded";  ///< profiler ABI NCCL loaded ("v7"), or "embedded"
   std::vector<std::pair<std::string, std::string>> labels{};  ///< user labels, validated names
   long pid = 0;
 };

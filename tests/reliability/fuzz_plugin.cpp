@@ -56,10 +56,8 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-// Test-only: the private constructor of plugin_state (one fresh state per input) and its exporter.
-#define private public
+// One fresh private plugin_state per input (its public constructor), beside the exported tables.
 #include "../../plugin/exports.cpp"
-#undef private
 
 namespace {
 
@@ -92,10 +90,18 @@ abi::result_t p_init4(void** ctx, int* mask, const char* name, std::uint64_t h, 
 }
 template <class D>
 abi::result_t p_start(void* c, void** h, D* d) {
-  return g_st->start_event(c, h, d);
+  if (plugin::event_adapter* a = g_st->adapter()) return a->start_event(c, h, d);
+  if (h) *h = nullptr;
+  return abi::success;
 }
-abi::result_t p_stop(void* h) { return g_st->stop_event(h); }
-abi::result_t p_record(void* h, abi::event_state s, abi::state_args* a) { return g_st->record_state(h, s, a); }
+abi::result_t p_stop(void* h) {
+  plugin::event_adapter* a = g_st->adapter();
+  return a ? a->stop_event(h) : abi::success;
+}
+abi::result_t p_record(void* h, abi::event_state s, abi::state_args* a) {
+  plugin::event_adapter* ad = g_st->adapter();
+  return ad ? ad->record_state(h, s, a) : abi::success;
+}
 abi::result_t p_fini(void* c) {
   const auto t = std::chrono::steady_clock::now();
   const abi::result_t r = g_st->finalize(c);

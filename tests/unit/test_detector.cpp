@@ -436,7 +436,7 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
   CHECK(last_text.find("# TYPE ncclinsp_busbw_transient_depth_total counter") != std::string::npos);
   CHECK(last_text.find("# TYPE ncclinsp_busbw_ratio_to_baseline gauge") != std::string::npos);
   CHECK(last_text.find("# TYPE ncclinsp_busbw_degradations_total counter") != std::string::npos);
-  CHECK(last_text.find("ncclinsp_busbw_degraded{slurm_job_id=") != std::string::npos);
+  CHECK(last_text.find("ncclinsp_busbw_degraded{job_id=") != std::string::npos);
   CHECK(last_text.find("message_size=\"16MiB-32MiB\"} 1") != std::string::npos);
   CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") !=
         std::string::npos);

@@ -263,6 +263,7 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
       else
         l.insert(l.end(), {{"collective", fn}, {"message_size", inspector_bucketer::label(cell.size_index)}});
       if (!p2p && card.algo_proto) l.emplace_back("algo_proto", ap);
+      l.emplace_back("job_id", job_key(ident));
       if (card.uuid) l.emplace_back("uuid", d.uuid);
       add_user_labels(l, snap);
       window_acc& w = (p2p ? compat_p2p : compat_coll)[l];

@@ -1,8 +1,11 @@
 #pragma once
 /// Per-communicator state of the plugin: the in-flight op slots (detail::inflight_table, shared
-/// with the embedded mode), their optional callback traces, and the proxy step pool. Data only;
-/// the event adapter (event_adapter.hpp) reads and writes it, plugin_state creates and frees it.
+/// with the embedded mode), their optional callback traces, and the proxy step pool. Data only:
+/// the event adapter (event_adapter.hpp) and proxy_events.hpp read and write it; comm_registry.hpp
+/// owns every comm_state, says when one may be reused, and never frees one while events may come.
 /// Thread-safety: see each struct; no lock anywhere.
+
+#include <time.h>
 
 #include <array>
 #include <atomic>
@@ -10,6 +13,7 @@
 #include <memory>
 
 #include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/clock.hpp"
 #include "ncclinsp/detail/inflight_table.hpp"
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
@@ -26,7 +30,7 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
   std::atomic<std::uint32_t> refs{0};        // enqueue-stop + kernel completion
   std::atomic<std::uint32_t> ch_stopped{0};  // channels stopped; one writer (the op's channel thread)
-  std::atomic<std::uint32_t> ch_inside{0};   // odd while a KernelCh event is inside (event_adapter::channel_hold)
+  std::atomic<std::uint32_t> ch_inside{0};   // odd while a KernelCh event is inside (comm_registry::channel_hold)
   std::atomic<std::uint64_t> started_at{0};  // coarse CPU ns at enqueue, 0 = free or completed
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
@@ -65,6 +69,43 @@ struct traced_op {
   channel_trace* channel(std::uint32_t id) noexcept {
     return id < entry_of.size() && entry_of[id] ? &t.channels[entry_of[id] - 1] : nullptr;
   }
+  /// A new op in this slot (its start, on the enqueuing thread).
+  void op_started() noexcept {
+    t.n_channels = 0;
+    t.start_sn = 1;
+    t.start_cpu_ns = detail::unix_ns();
+    entry_of.fill(0);
+    stop_sn.store(0, std::memory_order_relaxed);
+    stop_cpu_ns.store(0, std::memory_order_relaxed);
+    last_sn.store(1, std::memory_order_relaxed);
+  }
+  /// The op's stopEvent (enqueuing thread).
+  void op_stopped() noexcept {
+    stop_cpu_ns.store(detail::unix_ns(), std::memory_order_relaxed);
+    stop_sn.store(next_sn(), std::memory_order_release);
+  }
+  // KernelCh start, record(22) and stop of channel `id` (the op's channel thread).
+  void channel_started(std::uint32_t id, std::uint64_t gpu_start) noexcept {
+    if (id >= entry_of.size() || entry_of[id] || t.n_channels >= max_traced_channels) return;
+    entry_of[id] = static_cast<std::uint8_t>(t.n_channels + 1);
+    t.channels[t.n_channels++] = {.start_cpu_ns = detail::unix_ns(),
+                                  .gpu_start_ns = gpu_start,
+                                  .start_sn = next_sn(),
+                                  .channel = static_cast<std::uint8_t>(id)};
+  }
+  void channel_recorded(std::uint32_t id, std::uint64_t gpu_stop) noexcept {
+    if (channel_trace* c = channel(id)) {
+      c->record_sn = next_sn();
+      c->record_cpu_ns = detail::unix_ns();
+      c->gpu_stop_ns = gpu_stop;
+    }
+  }
+  void channel_stopped(std::uint32_t id) noexcept {
+    if (channel_trace* c = channel(id)) {
+      c->stop_sn = next_sn();
+      c->stop_cpu_ns = detail::unix_ns();
+    }
+  }
 };
 
 /// One communicator on this rank: its in-flight op table (plus traces), its proxy step pool.
@@ -79,6 +120,7 @@ struct comm_state {
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
   detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the last reference
+  // handle and gen are written by comm_registry::publish before the state is published.
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null
   std::atomic<std::uint64_t> p2p_seq{0};
   proxy_table* proxy = nullptr;  // owned by the collector; null without NCCLINSP_PROXY

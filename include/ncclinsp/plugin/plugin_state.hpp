@@ -1,14 +1,14 @@
 #pragma once
 /// The plugin's process state: one per process, created at the first init and never destroyed
 /// (NCCL threads may outlive static destructors; the library pins itself in memory), so a later
-/// communicator reuses it and counters continue. It owns the configuration (env_options from the
-/// environment), the collector, the exporter thread and the change detector, the communicator
-/// table the events read (event_adapter.hpp), NCCL's logger, and the process hooks: atexit (a
-/// bounded last export), pthread_atfork (inert in a forked child), dlopen pinning.
-/// Built into libnccl-profiler-ncclinsp.so by plugin/exports.cpp, or into an application for
-/// NCCL_PROFILER_PLUGIN=STATIC_PLUGIN. Thread-safety: init/finalize/flush under one mutex (cold);
-/// finalize waits (bounded) for events still inside a communicator's state (reader_gate::quiesce and the op
-/// slots' KernelCh marks), then parks the state for the next init (never freed: type-stable).
+/// communicator reuses it and counters continue. It has the configuration (env_options from the
+/// environment), the collector, the communicators (comm_registry.hpp), the event adapter the
+/// callbacks run (event_adapter.hpp), the exporter thread and the change detector, NCCL's logger,
+/// and the process hooks: atexit (a bounded last export), pthread_atfork (inert in a forked
+/// child), dlopen pinning. Built into libnccl-profiler-ncclinsp.so by plugin/exports.cpp, or into
+/// an application for NCCL_PROFILER_PLUGIN=STATIC_PLUGIN.
+/// Thread-safety: init/finalize/flush under one mutex (cold); finalize retires the communicator
+/// through the registry, which waits (bounded) for the events still inside it.
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
+#include "ncclinsp/plugin/comm_registry.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/plugin/event_adapter.hpp"
@@ -42,19 +44,30 @@
 
 namespace ncclinsp::plugin {
 
-/// Process-wide plugin state: env_options, collector, exporter, communicator table. Created at the
-/// first init and kept for the life of the process (the library pins itself in memory), so a
-/// later communicator reuses it and counters continue.
-class plugin_state : public event_adapter {
+class plugin_state {
  public:
-  /// Created by the first call (init). Never destroyed: NCCL threads may outlive static destructors.
+  /// The process-wide state, created by the first call (init). Never destroyed: NCCL threads may
+  /// outlive static destructors.
   static plugin_state& get() {
     static plugin_state* s = make();
     return *s;
   }
-  /// For the event callbacks (hot: one load, no guard): the state once the first init configured
-  /// it, else nullptr (NCCL sends no event before init; one that comes anyway is ignored).
-  NCCLINSP_INLINE static plugin_state* existing() noexcept { return instance_.load(std::memory_order_acquire); }
+  /// The process-wide state once the first init configured it, else nullptr.
+  static plugin_state* existing() noexcept { return instance_.load(std::memory_order_acquire); }
+  /// For the event callbacks (hot: one load, no guard): the process-wide adapter once the first
+  /// init configured it, else nullptr (NCCL sends no event before init; one that comes anyway is
+  /// ignored).
+  NCCLINSP_INLINE static event_adapter* events() noexcept { return events_.load(std::memory_order_acquire); }
+
+  /// A private state (tests, the fuzzer): the same init/finalize and callbacks through adapter(),
+  /// never published to the exported tables. Destroy it only after its communicators finalized.
+  plugin_state() = default;
+  plugin_state(const plugin_state&) = delete;
+  plugin_state& operator=(const plugin_state&) = delete;
+  ~plugin_state() = default;
+
+  /// This state's event adapter once configured (the first init), else nullptr.
+  event_adapter* adapter() noexcept { return adapter_ ? &*adapter_ : nullptr; }
 
   // ---- init / finalize (cold) ------------------------------------------------------------------
   result_t init(void** context, int* mask, const char* name, std::uint64_t hash, int nnodes, int nranks, int rank,
@@ -71,24 +84,10 @@ class plugin_state : public event_adapter {
                                  std::to_string(rank) + "); running without ncclinsp for this communicator");
         return abi::invalid_argument;
       }
+      // Same shape for every communicator: the options are fixed at the first init.
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      comm_state* cs = nullptr;
-      if (!spare_.empty()) {
-        cs = spare_.back();
-        spare_.pop_back();
-        cs->recycle();
-      } else {
-        // Same shape for every communicator: the options are fixed at the first init.
-        auto fresh =
-            std::make_unique<comm_state>(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
-                                         opts_.proxy ? proxy_steps_per_comm : 0);
-        if (spare_.capacity() <= made_) {  // room for every comm_state ever made: finalize parks without allocating
-          spare_.reserve(2 * made_ + 8);
-          limbo_.reserve(2 * made_ + 8);
-        }
-        ++made_;
-        cs = fresh.release();
-      }
+      comm_state* cs = registry_.adopt(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
+                                       opts_.proxy ? proxy_steps_per_comm : 0);
       cs->nranks = nranks;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(),
@@ -100,16 +99,14 @@ class plugin_state : public event_adapter {
                                             .uuid = dev.uuid},
                                            [cs](comm_handle) { return cs->ops.oldest(); });
       if (h == no_index || h >= max_plugin_comms) {
-        spare_.push_back(cs);
+        registry_.give_back(cs);
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
                                  " in this process); running without ncclinsp for it");
         return abi::internal_error;
       }
-      cs->handle = h;
-      cs->gen = ++comm_gen_;
       cs->proxy = col_->proxy_of(h);
-      comms_[h].store(cs, std::memory_order_release);
-      *context = as_handle(encode(handle_kind::op, cs->gen, h, context_slot));
+      registry_.publish(*cs, h);
+      *context = comm_registry::context_of(*cs);
       if (live_comms_++ == 0) start_exporter();
       if (mask) {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
@@ -129,31 +126,14 @@ class plugin_state : public event_adapter {
 
   result_t finalize(void* context) noexcept {
     try {
-      comm_state* cs = comm_from_context(context);
+      comm_state* cs = registry_.from_context(context);
       if (!cs || forked_child_.load(std::memory_order_relaxed)) return abi::success;
       std::unique_lock lk(mu_);
-      if (comms_[cs->handle].load() != cs) return abi::success;  // finalize twice
-      comms_[cs->handle].store(nullptr, std::memory_order_seq_cst);
-      // NCCL's proxy/profiler thread may still be inside an event that found cs: wait (bounded)
-      // until it has left. Afterwards no event can touch cs, so the in-flight count is exact: those
-      // ops never complete now (NCCL >= 2.31 purges them) and are counted as abandoned.
-      // KernelCh events mark the op slot instead of the gate (event_adapter::channel_hold): after
-      // the gate's membarrier, wait for those too.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-      const bool quiet = gate_.quiesce(std::chrono::milliseconds(20)) && channels_quiet(*cs, deadline);
-      col_->retire_comm(cs->handle, cs->ops.inflight());
-      // Never freed (type-stable: a KernelCh event may still load the old pointer, see
-      // channel_hold): parked for the next init. At most max_plugin_comms are live, so the number
-      // ever made is bounded by the peak of live communicators (plus any stuck in limbo_).
-      if (quiet) {
-        spare_.push_back(cs);
-        const auto now = std::chrono::steady_clock::now();  // limbo_: unpublished before this quiesce began
-        for (comm_state*& old : limbo_)
-          if (channels_quiet(*old, now)) spare_.push_back(std::exchange(old, nullptr));
-        std::erase(limbo_, nullptr);
-      } else {
-        limbo_.push_back(cs);  // a reader was preempted inside: parked by a later finalize
-      }
+      // The ops still in flight never complete now (NCCL >= 2.31 purges them): counted abandoned.
+      std::uint32_t inflight = 0;
+      const comm_handle h = cs->handle;
+      if (!registry_.retire(*cs, std::chrono::milliseconds(20), inflight)) return abi::success;  // finalize twice
+      col_->retire_comm(h, inflight);
       if (--live_comms_ == 0 && exporter_) {
         auto ex = std::move(exporter_);
         lk.unlock();
@@ -172,13 +152,6 @@ class plugin_state : public event_adapter {
     return abi::success;
   }
 
-  /// Only a private state (the fuzzer makes one per input) is ever destroyed, after its
-  /// communicators were finalized: the parked states go with it (limbo_ stays, as before: a
-  /// reader may still be inside one).
-  ~plugin_state() {
-    for (comm_state* cs : spare_) delete cs;
-  }
-
   const env_options& opts() const noexcept { return opts_; }
   collector<>* get_collector() noexcept { return col_.get(); }
   /// Forces an export now (tests, STATIC_PLUGIN users).
@@ -194,36 +167,27 @@ class plugin_state : public event_adapter {
     s->process_wide_ = true;
     return s;
   }
-  static inline std::atomic<plugin_state*> instance_{nullptr};  // existing(): get()'s, once configured
+  // get()'s state and its adapter, once configured (existing(), events()).
+  static inline std::atomic<plugin_state*> instance_{nullptr};
+  static inline std::atomic<event_adapter*> events_{nullptr};
   bool process_wide_ = false;  // made by get() (tests and the fuzzer make private ones)
-  plugin_state() = default;
-
-  /// After an unpublish and the gate's quiesce: waits (until `deadline`) until no KernelCh event is
-  /// inside an op of `cs` (its mark was seen odd and has not changed since). True: none is.
-  static bool channels_quiet(const comm_state& cs, std::chrono::steady_clock::time_point deadline) noexcept {
-    for (std::uint32_t i = 0; i < cs.ops.size(); ++i) {
-      const std::atomic<std::uint32_t>& m = cs.ops[i].ch_inside;
-      const std::uint32_t seen = m.load(std::memory_order_seq_cst);
-      if (!(seen & 1)) continue;
-      while (m.load(std::memory_order_acquire) == seen) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::yield();
-      }
-    }
-    return true;
-  }
 
   void configure(int abi_version) {
     configured_ = true;
     pin_library();
     opts_ = env_options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
-    pid_ = ::getpid();
     collector_options co = collector_options_from(opts_, /*nccl_events=*/true,
                                                   {.hostname = detail::host_name(),
                                                    .abi = "v" + std::to_string(abi_version),
                                                    .pid = static_cast<long>(::getpid())});
     col_ = std::make_unique<collector<>>(std::move(co));
-    traced_ = col_->options().record_traces;
+    adapter_.emplace(registry_, *col_,
+                     adapter_config{.min_size_bytes = opts_.min_size_bytes,
+                                    .p2p = opts_.enable_p2p,
+                                    .proxy_sample = opts_.proxy_sample,
+                                    .require_kernel_timing = opts_.require_kernel_timing,
+                                    .traces = col_->options().record_traces,
+                                    .pid = ::getpid()});
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
@@ -235,7 +199,10 @@ class plugin_state : public event_adapter {
     banner += opts_.enable ? "; configuration:\n" + opts_.describe()
                            : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
-    if (process_wide_) instance_.store(this, std::memory_order_release);  // events read what configure wrote
+    if (process_wide_) {  // events read what configure wrote
+      instance_.store(this, std::memory_order_release);
+      events_.store(&*adapter_, std::memory_order_release);
+    }
   }
 
   void start_exporter() {
@@ -298,15 +265,15 @@ class plugin_state : public event_adapter {
 
   std::mutex mu_;
   bool configured_ = false;
+  env_options opts_;
+  std::unique_ptr<collector<>> col_;
+  comm_registry registry_;  // declared before adapter_, which refers to it
+  std::optional<event_adapter> adapter_;
   std::unique_ptr<change_detector> detector_;  // exporter thread only
   std::unique_ptr<exporter<collector<>>> exporter_;
   std::atomic<abi::logger_t> logger_{nullptr};
-  std::uint32_t comm_gen_ = 0;
   std::uint32_t live_comms_ = 0;
   std::atomic<bool> forked_child_{false};
-  std::uint32_t made_ = 0;          // comm_states ever made (spare_ and limbo_ have room for all)
-  std::vector<comm_state*> spare_;  // finalized communicators' state, for the next init (never freed)
-  std::vector<comm_state*> limbo_;  // finalized while a reader was still inside: parked later
   std::vector<std::unique_ptr<exporter<collector<>>>> lingering_;  // stopped with a timeout, still finishing
 };
 

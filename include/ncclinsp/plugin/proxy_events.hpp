@@ -1,0 +1,115 @@
+#pragma once
+/// Proxy accounting (NCCLINSP_PROXY=1, off by default): NCCL's ProxyOp and ProxyStep events turned
+/// into per-peer network wait times (proxy_stats.hpp). For 1 op in NCCLINSP_PROXY_SAMPLE (chosen
+/// by sequence number in the event adapter, so every rank samples the same ops) the ProxyOps get a
+/// handle naming the (peer, direction) entry; the others get NULL, so NCCL emits no steps for them.
+/// Each step's state transitions are timed on the proxy thread (CLOCK_MONOTONIC) into the
+/// communicator's proxy_table, from the communicator's fixed step pool.
+/// Thread-safety: called by the event adapter inside a reader section (comm_registry.hpp); NCCL
+/// starts, records and stops a communicator's steps on its one proxy thread, so a step slot has
+/// one writer. No lock, no allocation.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "ncclinsp/abi/nccl_profiler.hpp"
+#include "ncclinsp/collector.hpp"
+#include "ncclinsp/detail/clock.hpp"
+#include "ncclinsp/no_index.hpp"
+#include "ncclinsp/plugin/comm_registry.hpp"
+#include "ncclinsp/plugin/handle.hpp"
+#include "ncclinsp/proxy_stats.hpp"
+
+namespace ncclinsp::plugin {
+
+class proxy_events {
+ public:
+  /// `pid`: this process (ProxyOps with another pid are PXN ops of another process).
+  proxy_events(const comm_registry& reg, collector<>& col, pid_t pid) noexcept : reg_(reg), col_(col), pid_(pid) {}
+
+  /// ProxyOp start: a handle for a sampled op of ours, else none (PXN op of another process,
+  /// unsampled, proxy accounting off, table full).
+  void start_op(void** handle, const void* parent, pid_t pid, int peer, bool send) noexcept {
+    if (pid != pid_) return;  // PXN: parent and context belong to another process
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::op) return;
+    comm_state* cs = nullptr;
+    const op_slot* s = reg_.find_op(k, cs);
+    if (!s || !s->proxy_sampled || !cs->proxy) return;
+    const std::uint32_t e = cs->proxy->entry(peer, send);
+    if (e == no_index) NCCLINSP_UNLIKELY {
+      col_.note_dropped(cs->handle, drop_reason::table_full);
+      return;
+    }
+    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e, aux_proxy_op | (send ? aux_send : 0)));
+  }
+
+  /// ProxyStep start under a ProxyOp handle of ours: a step slot from the pool.
+  void start_step(void** handle, const void* parent) noexcept {
+    const decoded k = decode(parent);
+    if (k.kind != handle_kind::group || (k.channel & aux_kind_mask) != aux_proxy_op) return;
+    comm_state* cs = reg_.live(k.comm);
+    if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy || k.slot >= proxy_table::capacity) return;
+    const std::uint32_t idx = cs->step_free.alloc();
+    if (idx == no_index) NCCLINSP_UNLIKELY {
+      col_.note_dropped(cs->handle, drop_reason::table_full);
+      return;
+    }
+    proxy_step_slot& st = cs->steps[idx];
+    st.entry = k.slot;
+    st.wait = no_wait;
+    st.since_ns = 0;
+    st.bytes = 0;
+    *handle =
+        as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
+  }
+
+  /// A step's state transition: the time since the previous one goes to the previous state.
+  void record(const void* handle, proxy_wait w, const abi::state_args* args) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(decode(handle), cs);
+    if (!st) return;
+    const std::uint64_t now = detail::steady_ns();
+    close_wait(*cs, *st, now);
+    st->wait = static_cast<std::uint8_t>(w);
+    st->since_ns = now;
+    if (args) st->bytes = args->proxyStep.transSize;
+  }
+
+  /// A step's stop: its last wait and its bytes are counted and its slot is freed.
+  void stop_step(const decoded& k) noexcept {
+    comm_state* cs = nullptr;
+    proxy_step_slot* st = find_step(k, cs);
+    if (!st) return;
+    close_wait(*cs, *st, detail::steady_ns());
+    cs->proxy->add_step(st->entry, st->bytes);
+    // One proxy thread starts and stops a communicator's steps: a plain generation bump.
+    st->gen.store(st->gen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    cs->step_free.release(k.slot);
+  }
+
+  /// Whether a decoded group handle names a ProxyStep (its stop goes to stop_step).
+  static bool is_step(const decoded& k) noexcept { return (k.channel & aux_kind_mask) == aux_proxy_step; }
+
+ private:
+  /// The step slot a decoded ProxyStep handle names, or nullptr (stale, stopped, foreign, garbage).
+  proxy_step_slot* find_step(const decoded& k, comm_state*& cs) const noexcept {
+    if (k.kind != handle_kind::group || !is_step(k)) return nullptr;
+    cs = reg_.live(k.comm);
+    if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
+    proxy_step_slot& st = cs->steps[k.slot];
+    return handle_gen(st.gen.load(std::memory_order_acquire)) == k.gen ? &st : nullptr;
+  }
+  static void close_wait(comm_state& cs, const proxy_step_slot& st, std::uint64_t now) noexcept {
+    if (st.wait != no_wait && now > st.since_ns)
+      cs.proxy->add_wait(st.entry, static_cast<proxy_wait>(st.wait), now - st.since_ns);
+  }
+
+  const comm_registry& reg_;
+  collector<>& col_;
+  pid_t pid_;
+};
+
+}  // namespace ncclinsp::plugin
