@@ -195,8 +195,8 @@ void BM_plugin_finalize_typical_job(benchmark::State& st) {
     st.ResumeTiming();
     comms[2]->finalize();  // the last communicator: final export
     st.PauseTiming();
-    const std::string path =
-        bench_dump_dir() + "/" + prom_file_name(std::string("host-bench-pid").append(std::to_string(::getpid())));
+    const std::string path = bench_dump_dir() + "/" +
+                             prom_file_name(std::string("host-bench-pid").append(std::to_string(::getpid())), "bench");
     if (first) bytes = file_size(path), dropped = table_full_drops(path);
     first = false;
     comms.clear();

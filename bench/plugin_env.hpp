@@ -26,6 +26,8 @@ inline void set_plugin_env() {
   ::setenv("NCCL_INSPECTOR_DUMP_DIR", bench_dump_dir().c_str(), 0);
   ::setenv("NCCLINSP_SINKS", "prom", 0);
   ::setenv("NCCLINSP_NODE_NAME", "bench", 0);
+  ::setenv("NCCLINSP_JOB_ID", "bench", 1);       // the file name's job key
+  ::setenv("NCCLINSP_PROM_KEEP_FILES", "1", 1);  // the final file is measured after teardown
 }
 
 inline std::string plugin_path() {

@@ -153,7 +153,9 @@ def busbw(sel, by):
 
 def native():
     L = Layout()
-    J = 'slurm_job_id=~"$job"'
+    # The job key of the rules (job_id: Slurm/PBS/LSF/Flux job id, <namespace>/<name> on
+    # Kubernetes), not the Slurm-only label, which is "unknown" elsewhere and would merge jobs.
+    J = 'job_id=~"$job"'
     N = 'node=~"$node"'
     C = 'comm_name=~"$comm_name"'
     K = 'collective=~"$collective"'
@@ -209,8 +211,8 @@ def native():
                 "{{collective}} {{message_size}}")], min0=False))
 
     L.add_row("Per-host attribution (host bus bandwidth / job median)")
-    by_node = "slurm_job_id, node, comm_name, n_nodes, collective, message_size"
-    by_grp = "slurm_job_id, comm_name, n_nodes, collective, message_size"
+    by_node = "job_id, node, comm_name, n_nodes, collective, message_size"
+    by_grp = "job_id, comm_name, n_nodes, collective, message_size"
     sel_all = f"{J}, {C}, {K}"  # median over ALL nodes of the job, not only the selected ones
     host = busbw(f"{sel_all}, {N}", by_node)
     med = f"quantile by ({by_grp}) (0.5,\n{busbw(sel_all, by_node)}\n)"
@@ -238,13 +240,27 @@ def native():
         "n_nodes>1 comm at once: fabric or a host on every path; only the n_nodes=1 comm of one "
         "node: its NVLink. The panels beside name the culprit."), w=12)
     L.add(timeseries(
-        "Network wire time per byte, in and out, per node / job median (slow host or NIC)", "short",
-        [target(f"ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}}")],
-        "Each node's sampled proxy send/network seconds per byte, the faster of its in and out "
-        "edges, over the job's median node (NCCLINSP_PROXY=1). A slow host is an endpoint of every "
-        "slow edge, its neighbours of one each: one line rising alone names the slow host or NIC; "
-        "alert NcclinspHostNetworkSlow fires above 1.15 while a network comm is degraded.",
+        "Network wire time per byte, in and out, per GPU / job median (slow host or NIC)", "short",
+        [target(f"ncclinsp_gpu:proxy_link_slowness_ratio_to_job_median:rate1m{{{J}, {N}}}", "{{node}} {{uuid}}")],
+        "Each GPU's sampled proxy send/network seconds per byte (the steps' own time on the wire, "
+        "queueing behind earlier steps excluded), the faster of its in and out edges, over the job's "
+        "median GPU (NCCLINSP_PROXY=1). A GPU's edges run over the NIC next to it; a slow NIC or host "
+        "is an endpoint of every slow edge, its neighbours of one each: one line rising alone names "
+        "the NIC (both lines of a node: the host); alert NcclinspHostNetworkSlow fires above 1.15 "
+        "while a network comm is degraded.",
         thresholds=[(1.15, "red")], min0=False), w=12)
+    L.add(timeseries(
+        "Transient degradations (congestion bursts) per 10 min, and their mean depth", "short",
+        [target(f"sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transients_total{{{J}, {C}}}[10m]))",
+                "{{comm_name}} n_nodes={{n_nodes}} episodes"),
+         target(f"sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transient_depth_total{{{J}, {C}}}[10m]))\n"
+                f"/ sum by (comm_name, n_nodes) (increase(ncclinsp_busbw_transients_total{{{J}, {C}}}[10m]))",
+                "{{comm_name}} n_nodes={{n_nodes}} mean depth")],
+        "Short drops the in-process detector saw end before they were sustained "
+        "(NCCLINSP_DETECT_PERSIST_S, 10 s): congestion from other jobs on a shared fabric, never an "
+        "alert. Episodes are counted per rank and key (collective, size), so one burst on a "
+        "communicator counts once per rank; depth = 1 - lowest ratio to baseline. Many, or deep, "
+        "bursts say the fabric is shared and busy."), w=12)
     L.add(timeseries(
         "Rank exec time per op / communicator median (straggler: lowest)", "percentunit",
         [target(f"min by (node, comm_name, rank) (ncclinsp:exec_ratio_to_comm_median:rate1m{{{J}, {N}, {C}}})",
@@ -295,12 +311,12 @@ def native():
         "Alert NcclinspExporterStale fires above 60 s.", thresholds=[(60, "red")]), w=8)
 
     variables = [
-        query_var("job", "Slurm job", "label_values(ncclinsp_ops_total, slurm_job_id)"),
-        query_var("node", "Node", 'label_values(ncclinsp_ops_total{slurm_job_id=~"$job"}, node)'),
+        query_var("job", "Job", "label_values(ncclinsp_ops_total, job_id)"),
+        query_var("node", "Node", 'label_values(ncclinsp_ops_total{job_id=~"$job"}, node)'),
         query_var("comm_name", "Communicator",
-                  'label_values(ncclinsp_ops_total{slurm_job_id=~"$job", node=~"$node"}, comm_name)'),
+                  'label_values(ncclinsp_ops_total{job_id=~"$job", node=~"$node"}, comm_name)'),
         query_var("collective", "Collective",
-                  'label_values(ncclinsp_ops_total{slurm_job_id=~"$job", node=~"$node", '
+                  'label_values(ncclinsp_ops_total{job_id=~"$job", node=~"$node", '
                   'comm_name=~"$comm_name"}, collective)'),
     ]
     return dashboard(

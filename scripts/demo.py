@@ -169,7 +169,7 @@ def main():
                 new = {}
                 for al in prom.alerts("firing"):
                     lb = al["labels"]
-                    if lb.get("slurm_job_id", job) != job:
+                    if lb.get("job_id", job) != job:
                         continue
                     key = (lb["alertname"], lb.get("node"), lb.get("comm_name"), lb.get("collective"))
                     if key not in seen_alerts:
@@ -249,16 +249,16 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     row("AllReduce, NVLink only (n_nodes=1)", lambda t: r.bw(t, 'n_nodes="1",collective="AllReduce"'), pts2, "GB/s")
     tf2 = row("step throughput", r.tflops, pts2, "TFLOP/s/GPU")
 
-    # Attribution of scenario 2: each node's network wire time per byte (sampled proxy send/network
-    # state), the faster of its in and out edges, against the job's median node (the rule
-    # NcclinspHostNetworkSlow alerts on: a slow host is the endpoint of every slow edge).
+    # Attribution of scenario 2: each GPU's network wire time per byte (sampled proxy send/network
+    # state), the faster of its in and out edges, against the job's median GPU (the rule
+    # NcclinspHostNetworkSlow alerts on: a slow host or NIC is the endpoint of every slow edge).
     t_a = slow1 - 1
     rows = sorted(((m, v) for m, v in prom.values(
-        f'ncclinsp_node:proxy_link_slowness_ratio_to_job_median:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_a)
+        f'ncclinsp_gpu:proxy_link_slowness_ratio_to_job_median:rate1m{{job_id="{job}"}}', at=t0 + t_a)
         if math.isfinite(v)), key=lambda x: -x[1])
-    print(f"\n Attribution, scenario 2 (network wire time per byte, min of in/out edges, vs the job's median node, at t={t_a}s, 1m):")
+    print(f"\n Attribution, scenario 2 (network wire time per byte, min of in/out edges, vs the job's median GPU, at t={t_a}s, 1m):")
     for m, v in rows[:4]:
-        print(f"  {m.get('node'):<8} {v:5.2f}x the median node")
+        print(f"  {m.get('node'):<8} {m.get('uuid', '')[:13]:<13} {v:5.2f}x the median GPU")
     named = rows[0][0].get("node") if rows and rows[0][1] > 1.15 else None
     print(f"  -> host named: {named or '(none above 1.15x)'}")
 
@@ -273,7 +273,7 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     # median rank and waiting in none of its communicators), named by node, GPU and its rank in
     # the communicator that spans the whole job.
     late = sorted(((m, v) for m, v in prom.values(
-        f'ncclinsp:late_rank_exec_ratio:rate1m{{slurm_job_id="{job}"}}', at=t0 + t_s) if math.isfinite(v)),
+        f'ncclinsp:late_rank_exec_ratio:rate1m{{job_id="{job}"}}', at=t0 + t_s) if math.isfinite(v)),
         key=lambda x: x[1])
     print(f"  late ranks: exec time per op vs the communicator's median rank, waiting in none of their"
           f" communicators (t={t_s}s, 1m):")
@@ -286,7 +286,7 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     if late:
         m0 = late[0][0]
         world = [m.get("rank") for m, _ in prom.values(
-            f'ncclinsp:exec_seconds_per_op:rate1m{{slurm_job_id="{job}",uuid="{m0.get("uuid")}",'
+            f'ncclinsp:exec_seconds_per_op:rate1m{{job_id="{job}",uuid="{m0.get("uuid")}",'
             f'nranks="{a.nodes * a.gpus}"}}', at=t0 + t_s)]
         late_named = (m0.get("node"), m0.get("gpu", ""), world[0] if world else "?")
     print("  -> straggler named: " + (f"{late_named[0]} {late_named[1]}, global rank {late_named[2]}" if late_named
@@ -296,7 +296,7 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
     print("\n Alerts that fired (from Prometheus's ALERTS series; t = seconds into the job):")
     fired = []
     for m, pts in prom.range_values('ALERTS{alertstate="firing"}', t0, time.time(), step=1):
-        if m.get("slurm_job_id", job) != job or not pts:
+        if m.get("job_id", job) != job or not pts:
             continue
         fired.append((pts[0][0], pts[-1][0], m))
     if not fired:
@@ -362,9 +362,9 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
             print("  (none)")
         for at, path, d in got:
             print(f"  t={at - t0:4.0f}s {notification_line(path, d)}")
-            rb = d.get("commonAnnotations", {}).get("runbook")
+            rb = d.get("commonAnnotations", {}).get("runbook_url")
             if rb:
-                print(f"         runbook: {rb[:150]}{'...' if len(rb) > 150 else ''}")
+                print(f"         runbook: {rb}")
 
     exp = {p["faults"]: p["tflops"] for p in model["phases"]}
     print("\n Reading it:")

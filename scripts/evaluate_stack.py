@@ -24,6 +24,13 @@ From each Prometheus's own ALERTS samples (their timestamps are the rule evaluat
 A run takes warmup + reps x (episode + gap): ~30 min with the defaults. --quick: 2 + 2 reps (~9 min).
 Healthy check: --healthy 1800 --sim-args '--wobble 5' (30 min, fabric +-5 %, 2 % per-op jitter): every alert
 after the warm-up is a false one.
+Network noise (--noise, docs/evaluation-noise.md): the job also runs with NOISE below (congestion bursts of
+4-8 s at -13 % every 30-90 s, each fabric-wide, on one rail or on one NIC, 0.5 % of ops 2-10x slower, a 20 s
+pause without collectives every 10 min, a 30 s warm-up), in the healthy check and under the fault episodes
+alike.
+Reported besides: precision (alert starts explained by an episode / all alert starts after the warm-up),
+recall (episodes with an alert), false pages per hour (alert starts outside every episode, per hour outside
+them), and the transient episodes the detector counted (ncclinsp_busbw_transients_total).
 stdlib only (tests/pipeline/promapi.py for the HTTP API, scripts/stack.sh for the stack).
 """
 import argparse, json, math, os, random, shutil, signal, subprocess, sys, time
@@ -37,6 +44,8 @@ STACK = os.path.join(REPO, "scripts", "stack.sh")
 NETWORK_ALERTS = ("NcclinspBusBandwidthDegraded", "NcclinspNetworkFabricDegraded")
 HOST_ALERTS = ("NcclinspHostNetworkSlow", "NcclinspHostBelowJobMedian")
 IGNORED = ("NcclinspExporterStale", "NcclinspTextfileStale", "NcclinspScrapeDown")  # job start/stop
+# --noise: what a shared fabric adds to a healthy job (sim/README.md "Network noise").
+NOISE = "--congestion 60:8:13:mixed --heavy-tail 0.005:10 --pause 600:20 --warmup 30:20"
 
 
 def say(msg):
@@ -188,9 +197,14 @@ def main():
     p.add_argument("--healthy", type=float, metavar="SECONDS",
                    help="no fault: a healthy job this long (add --sim-args '--wobble 5'); reports every alert after the warm-up")
     p.add_argument("--sim-args", default="", help="extra ncclinsp-sim arguments, e.g. '--wobble 5:120'")
+    p.add_argument("--noise", action="store_true", help=f"add the network noise: {NOISE}")
+    p.add_argument("--rules", action="append", default=[],
+                   help="rule files for Prometheus (stack.sh --rules; default prometheus/rules/*.yml)")
     a = p.parse_args()
     if a.quick:
         a.net_reps, a.attr_reps = 2, 2
+    if a.noise:
+        a.sim_args = (NOISE + " " + a.sim_args).strip()
     if a.nodes < 3:
         sys.exit("evaluate_stack: --nodes >= 3 (a slow host cannot be told from its ring neighbour with 2)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below
@@ -219,8 +233,9 @@ def main():
                 for n in nodes:
                     os.makedirs(os.path.join(first, n), exist_ok=True)
                     os.symlink(os.path.join(first, n), os.path.join(r, n))
+            rules = [x for f in a.rules for x in ("--rules", os.path.abspath(f))]
             out = subprocess.run([STACK, "start", "--nodes", ",".join(nodes), "--root", r, "--scrape", s,
-                                  "--no-alertmanager"], capture_output=True, text=True, timeout=120)
+                                  "--no-alertmanager"] + rules, capture_output=True, text=True, timeout=120)
             if out.returncode != 0:
                 sys.exit(f"stack.sh start failed: {out.stderr[-2000:]}")
             started.append(r)
@@ -229,7 +244,8 @@ def main():
         flags = [x for e in eps for x in e["flag"]] + a.sim_args.split()
         env = dict(os.environ, NCCLINSP_PROXY="1", SLURM_JOB_ID=f"eval{a.seed}")
         cmd = [a.sim, "--plugin", a.plugin, "--nodes", str(a.nodes), "--gpus", str(a.gpus), "--duration",
-               str(duration), "--speed", "1", "--out", first, "--prom", "--seed", str(a.seed)] + flags
+               str(duration), "--speed", "1", "--out", first, "--prom", "--seed", str(a.seed),
+               "--summary", os.path.join(a.root, "summary.json")] + flags
         log = open(os.path.join(a.root, "sim.log"), "w")
         t_start = time.time()
         sim = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -244,6 +260,19 @@ def main():
             sys.exit(f"simulator exited {rc}; see {a.root}/sim.log")
         time.sleep(max(secs(s) for s in scrapes) * 2 + 1)  # the last evaluations
         results = dict(config=vars(a) | {"duration_s": duration, "step_s": step_s}, scrapes={})
+        try:
+            bursts = json.load(open(os.path.join(a.root, "summary.json"))).get("noise", {}).get("bursts", [])
+        except (OSError, ValueError):
+            bursts = []
+        results["bursts"] = len([b for b in bursts if b["t0"] < duration])
+        results["longest_burst_s"] = max([b["t1"] - b["t0"] for b in bursts if b["t0"] < duration], default=0)
+        # Time outside every episode (and its grace) after the warm-up: the denominator of false pages per hour.
+        busy, last = 0.0, a.warmup
+        for e in sorted(eps, key=lambda e: e["t0"]):
+            lo, hi = max(e["t0"], last), min(e["t1"] + a.grace, duration)
+            busy += max(0.0, hi - lo)
+            last = max(last, hi)
+        quiet_h = max(duration - a.warmup - busy, 1.0) / 3600
         for s in scrapes:
             ev = secs(s)
             samples = alert_samples(proms[s], t_start, t_start + duration, ev)
@@ -269,8 +298,16 @@ def main():
                                    starts=[(round(x[0], 1), x[1], x[2]) for x in win]))
             false = [dict(t=x[0], alert=x[1], labels=x[2]) for x in starts
                      if id(x) not in used and x[0] > a.warmup and x[1] not in IGNORED]
-            results["scrapes"][s] = dict(episodes=per_ep, time_to_alert={str(k): v for k, v in tta.items()},
-                                         false_alerts=false)
+            inside = sum(1 for x in starts if id(x) in used and x[0] > a.warmup)
+            detected = sum(1 for e in per_ep if e["alerts"])
+            transients = proms[s].query(
+                f'sum(last_over_time(ncclinsp_busbw_transients_total[{int(duration) + 60}s]))', at=t_start + duration)
+            results["scrapes"][s] = dict(
+                episodes=per_ep, time_to_alert={str(k): v for k, v in tta.items()}, false_alerts=false,
+                precision=inside / (inside + len(false)) if inside + len(false) else float("nan"),
+                recall=detected / len(per_ep) if per_ep else float("nan"),
+                false_pages_per_hour=len(false) / quiet_h, quiet_hours=quiet_h,
+                transient_episodes=float(transients[0]["value"][1]) if transients else 0.0)
         report(results, eps)
         if a.json:
             with open(a.json, "w") as f:
@@ -285,6 +322,12 @@ def main():
 
 def report(results, eps):
     print()
+    print(f"bursts injected: {results.get('bursts', 0)} (longest {results.get('longest_burst_s', 0):.1f} s)")
+    for s, r in results["scrapes"].items():
+        print(f"scrape {s}: precision {r['precision']:.3f}, recall {r['recall']:.3f}, false pages "
+              f"{len(r['false_alerts'])} in {r['quiet_hours']:.2f} h outside the episodes = "
+              f"{r['false_pages_per_hour']:.2f}/h; transient episodes counted by the detectors (all keys, all "
+              f"ranks): {r['transient_episodes']:.0f}")
     print("time to alert after onset, s (first NcclinspBusBandwidthDegraded/NcclinspNetworkFabricDegraded; "
           "1 s exports, rules evaluated at the scrape interval)")
     print(f"  {'drop':>6} {'scrape':>7} {'n':>3} {'p50':>6} {'p90':>6} {'max':>6} {'missed':>6}   values")

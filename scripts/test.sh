@@ -5,10 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-ci}
 
-PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev catch2 libbenchmark-dev libcli11-dev libsimdjson-dev libfmt-dev
-      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 chromium)
+PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev catch2 libbenchmark-dev libcli11-dev libsimdjson-dev libfmt-dev util-linux
+      clang-format prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics python3 python3-yaml chromium
+      binutils lintian dpkg-dev fakeroot nodejs g++-aarch64-linux-gnu)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+command -v npm >/dev/null || missing+=(npm)  # Debian's nodejs ships npm apart (NodeSource's includes it)
 if ((${#missing[@]})); then
   echo "== installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -38,6 +40,10 @@ run_ctest() {
   rm -f "$log"
 }
 
+# The Kubernetes manifest validator's packages (ctest k8s_manifests), from the committed lockfile.
+stage "npm ci (deploy/kubernetes/validate)"
+(cd deploy/kubernetes/validate && npm ci --no-audit --no-fund --loglevel=error)
+
 # Main stage: the whole tree with g++ in Release (-O3: what users build first, and its
 # diagnostics differ from -O2's), every test.
 stage "configure ($BUILD): g++ Release (-O3)"
@@ -59,10 +65,11 @@ run_ctest build-clang -R "^test_(model|bucketing|collector|formats|sinks|exporte
 
 # Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
 # bench/examples/tools. ASan+UBSan: the unit, plugin, reliability and embedded suites (LeakSanitizer included;
-# forked plugin children run it before _exit). TSan: the concurrency tests.
+# forked plugin children run it before _exit). TSan: the concurrency tests (the plugin's primitives in
+# test_comm_registry among them).
 SAN_COMMON=("${STRICT[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
             -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
-UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options)
+UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options test_comm_registry)
 if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -72,13 +79,13 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
   cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded
   stage "asan+ubsan: test"
-  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|plugin|reliability|embedded)):"
+  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)):"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
-  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_reliability
+  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_comm_registry test_reliability
   stage "tsan: test"
-  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
+  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_comm_registry:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
 fi
 stage "done"
 cd "$ROOT"

@@ -8,6 +8,7 @@
 #include <ncclinsp/abi/versions.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -98,6 +99,15 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   app.add_option(
       "--wobble", wobble,
       "PCT[:PERIOD_S]: healthy fabric wobble, every NIC x (1 + PCT/100 sin(2 pi t / PERIOD_S)), period 120 s");
+  std::vector<std::string> congestion_s;
+  std::string tail_s, pause_s, warmup_s;
+  app.add_option("--congestion", congestion_s,
+                 "GAP_S:LEN_S:PCT[:fabric|rail|nic|mixed]: congestion bursts, quiet gaps uniform [GAP_S/2, 3 GAP_S/2], "
+                 "each uniform [LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail, one NIC or any "
+                 "of the three (drawn per burst); repeatable");
+  app.add_option("--heavy-tail", tail_s, "FRAC[:MAX]: this share of ops runs 2..MAX (10) x slower, log-uniform");
+  app.add_option("--pause", pause_s, "EVERY_S:LEN_S: every EVERY_S s of job time no collective runs for LEN_S s");
+  app.add_option("--warmup", warmup_s, "S:PCT: links PCT % slower at the start, nominal again linearly by S s");
   app.add_option("--net-degrade", degr, "PCT@T0-T1: the fabric: every NIC's bandwidth x (1-PCT/100)");
   app.add_option("--slow-host", slow, "NODE:PCT@T0-T1: all NICs of that node (index or name) at (1-PCT/100)");
   app.add_option("--slow-nic", nic, "NODE:NIC:PCT@T0-T1: one NIC of that node at (1-PCT/100)");
@@ -148,6 +158,61 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     if (!ok)
       return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()),
              2;
+  }
+  // "A:B[:C...]" as numbers; the count must be within [lo_n, hi_n].
+  auto numbers = [](const std::string& s, std::size_t lo_n, std::size_t hi_n, std::vector<double>& v,
+                    std::string* word = nullptr) {
+    v.clear();
+    std::string rest = s;
+    for (;;) {
+      const auto p = rest.find(':');
+      const std::string f = rest.substr(0, p);
+      char* end = nullptr;
+      const double x = std::strtod(f.c_str(), &end);
+      if (!f.empty() && end && *end == 0 && std::isfinite(x))
+        v.push_back(x);
+      else if (word && p == std::string::npos && v.size() >= lo_n)
+        *word = f;
+      else
+        return false;
+      if (p == std::string::npos) break;
+      rest = rest.substr(p + 1);
+    }
+    return v.size() >= lo_n && v.size() <= hi_n;
+  };
+  std::vector<double> nv;
+  for (const auto& c : congestion_s) {
+    std::string scope = "fabric";
+    if (!numbers(c, 3, 3, nv, &scope) || nv[0] <= 0 || nv[1] <= 0 || nv[2] <= 0 || nv[2] >= 100 ||
+        (scope != "fabric" && scope != "rail" && scope != "nic" && scope != "mixed"))
+      return std::fprintf(
+                 stderr,
+                 "bad --congestion %s (GAP_S:LEN_S:PCT[:fabric|rail|nic|mixed], GAP_S, LEN_S > 0, 0 < PCT < 100)\n",
+                 c.c_str()),
+             2;
+    o.bursts_cfg.push_back({nv[0], nv[1], nv[2],
+                            scope == "rail"    ? burst_scope::rail
+                            : scope == "nic"   ? burst_scope::nic
+                            : scope == "mixed" ? burst_scope::mixed
+                                               : burst_scope::fabric});
+  }
+  if (!tail_s.empty()) {
+    if (!numbers(tail_s, 1, 2, nv) || nv[0] <= 0 || nv[0] > 1 || (nv.size() == 2 && nv[1] < 2))
+      return std::fprintf(stderr, "bad --heavy-tail %s (FRAC[:MAX], 0 < FRAC <= 1, MAX >= 2)\n", tail_s.c_str()), 2;
+    o.tail_frac = nv[0];
+    if (nv.size() == 2) o.tail_max = nv[1];
+  }
+  if (!pause_s.empty()) {
+    if (!numbers(pause_s, 2, 2, nv) || nv[0] <= 0 || nv[1] <= 0 || nv[1] >= nv[0])
+      return std::fprintf(stderr, "bad --pause %s (EVERY_S:LEN_S, 0 < LEN_S < EVERY_S)\n", pause_s.c_str()), 2;
+    o.pause_every_s = nv[0];
+    o.pause_len_s = nv[1];
+  }
+  if (!warmup_s.empty()) {
+    if (!numbers(warmup_s, 2, 2, nv) || nv[0] <= 0 || nv[1] <= 0 || nv[1] >= 100)
+      return std::fprintf(stderr, "bad --warmup %s (S:PCT, S > 0, 0 < PCT < 100)\n", warmup_s.c_str()), 2;
+    o.warmup_s = nv[0];
+    o.warmup_pct = nv[1];
   }
   std::vector<std::string> fs_;
   for (const auto& s : degr) {
@@ -213,6 +278,13 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     o.steps = 0;
     o.duration = o.duration > 0 ? std::min(o.duration, o.abort_at) : o.abort_at;
     o.purge_inflight = true;
+  }
+  if (!o.bursts_cfg.empty()) {  // over the run, its pauses and a margin (a --steps run ends when it ends)
+    const model nominal(o);
+    const double run = o.end_time(nominal.nominal_step_s);
+    const double pauses = o.pause_every_s > 0 ? run / o.pause_every_s * o.pause_len_s : 0;
+    for (std::size_t i = 0; i < o.bursts_cfg.size(); ++i)
+      o.bursts.push_back(draw_bursts(o.bursts_cfg[i], i, o, run * 1.5 + 60 + pauses));
   }
   if (random_seed) {
     const model nominal(o);

@@ -7,6 +7,7 @@
 #include "nccl_release.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,30 @@ struct hang {
   double t = 0;
 };
 
+/// Real-world network noise on a healthy fabric (sim/README.md "Network noise"). All off by default.
+/// Congestion bursts (--congestion): other jobs' traffic on shared links, one burst at a time.
+/// Scope: every NIC (fabric), NIC k of every node (rail: one rail's leaf switch), or one NIC of one node
+/// (nic: that node's link to its leaf).
+enum class burst_scope : std::uint8_t { fabric, rail, nic, mixed };
+constexpr const char* scope_name(burst_scope s) noexcept {
+  return s == burst_scope::fabric ? "fabric"
+         : s == burst_scope::rail ? "rail"
+         : s == burst_scope::nic  ? "nic"
+                                  : "mixed";
+}
+struct congestion {
+  double gap_s = 0;  ///< mean quiet time between bursts (uniform [gap/2, 3 gap/2]); 0 = no bursts
+  double len_s = 0;  ///< longest burst: each lasts uniform [len/2, len]
+  double pct = 0;    ///< bandwidth reduction during a burst, %
+  burst_scope scope = burst_scope::fabric;
+};
+/// One drawn burst: bandwidth x factor on its NICs during w (node/nic -1: every one).
+struct burst {
+  window w;
+  double factor = 1;
+  int node = -1, nic = -1;
+};
+
 struct options {
   std::string plugin;
   int abi = 0;
@@ -86,6 +111,18 @@ struct options {
   double wobble_period_s = 120;
   std::vector<fault> faults;
   std::vector<hang> hangs;
+  // Network noise (all 0 = off, the default: the timeline is then exactly the noise-free one).
+  std::vector<congestion> bursts_cfg;      ///< one per --congestion
+  std::vector<std::vector<burst>> bursts;  ///< per --congestion, drawn from the seed (draw_bursts), by onset
+  double tail_frac = 0;                    ///< --heavy-tail: this share of op instances runs 2..tail_max x slower
+  double tail_max = 10;
+  double pause_every_s = 0;  ///< --pause: every this many seconds of job time ...
+  double pause_len_s = 0;    ///< ... every rank stops issuing collectives for this long (checkpoint)
+  double warmup_s = 0;       ///< --warmup: links start pct % slower, back to nominal linearly by warmup_s
+  double warmup_pct = 0;
+  bool noisy() const noexcept {
+    return !bursts.empty() || tail_frac > 0 || (pause_every_s > 0 && pause_len_s > 0) || warmup_s > 0;
+  }
   int nic_count() const noexcept { return nics > 0 ? nics : gpus; }
   /// Simulated length of the run (for --steps: the nominal step time x steps, given by the caller).
   double end_time(double nominal_step_s) const noexcept { return duration > 0 ? duration : steps * nominal_step_s; }
@@ -125,6 +162,32 @@ inline fault random_fault(u64 seed, const options& o, double run_s) {
   }
   f.random = true;
   return f;
+}
+
+/// The congestion bursts of one --congestion (`index`) over a run of `run_s` simulated seconds: quiet gaps
+/// uniform [gap/2, 3 gap/2] (a neighbour job's traffic comes back about periodically; bursts of one draw
+/// never overlap nor follow each other closely), lengths uniform [len/2, len]; the scope (mixed: fabric,
+/// rail or nic, a third each) and its NIC drawn per burst. Deterministic in (seed, index, job shape).
+inline std::vector<burst> draw_bursts(const congestion& c, std::size_t index, const options& o, double run_s) {
+  std::vector<burst> v;
+  if (c.gap_s <= 0 || c.len_s <= 0 || c.pct <= 0) return v;
+  u64 h = mix(mix(o.seed, 0xb0257), u64(index));
+  for (double t = 0;;) {
+    h = splitmix(h);
+    t += c.gap_s * (0.5 + unit01(h));
+    if (t >= run_s) break;
+    burst b;
+    h = splitmix(h);
+    b.w = window{t, t + c.len_s * (0.5 + 0.5 * unit01(h))};
+    b.factor = 1.0 - c.pct / 100.0;
+    h = splitmix(h);
+    const burst_scope scope = c.scope == burst_scope::mixed ? burst_scope(splitmix(h ^ 0x5c0be) % 3) : c.scope;
+    if (scope != burst_scope::fabric) b.nic = int(h % u64(o.nic_count()));
+    if (scope == burst_scope::nic) b.node = int(splitmix(h) % u64(o.nodes));
+    v.push_back(b);
+    t = b.w.t1;  // bursts of one draw never overlap
+  }
+  return v;
 }
 
 }  // namespace ncclinsp::sim::job

@@ -57,13 +57,40 @@ struct model {
           (x.kind == fault_kind::slow_nic && x.node == node && x.nic == nic))
         f *= 1.0 - x.pct / 100.0;
     }
+    if (!o.bursts.empty()) f *= burst_factor(node, nic, t);
+    if (o.warmup_s > 0) f *= warmup_factor(t);
     return f;
+  }
+  /// Congestion bursts active on NIC `nic` of `node` at t: each --congestion's bursts are sorted by onset
+  /// and never overlap one another; bursts of different --congestion options multiply.
+  double burst_factor(int node, int nic, double t) const {
+    double f = 1.0;
+    for (const auto& draw : o.bursts) {
+      const auto it =
+          std::upper_bound(draw.begin(), draw.end(), t, [](double x, const burst& b) { return x < b.w.t0; });
+      if (it == draw.begin()) continue;
+      const burst& b = *(it - 1);
+      if (b.w.active(t) && (b.node < 0 || b.node == node) && (b.nic < 0 || b.nic == nic)) f *= b.factor;
+    }
+    return f;
+  }
+  /// Job start: every link pct % slower at t = 0, nominal again linearly by warmup_s (connection setup,
+  /// memory registration, clocks ramping up).
+  double warmup_factor(double t) const {
+    return t >= o.warmup_s ? 1.0 : 1.0 - o.warmup_pct / 100.0 * (1.0 - std::max(t, 0.0) / o.warmup_s);
+  }
+  /// Heavy-tailed per-op slowdown (--heavy-tail): a share tail_frac of op instances (OS jitter, a
+  /// retransmit, an ECC scrub) take 2..tail_max x their transfer time, log-uniform; 1 for the others.
+  double tail_factor(u64 h) const {
+    if (o.tail_frac <= 0 || unit01(h) >= o.tail_frac) return 1.0;
+    return 2.0 * std::pow(std::max(o.tail_max, 2.0) / 2.0, unit01(splitmix(h)));
   }
   /// NVLink bandwidth factor of `node` at time t.
   double nvl_link(int node, double t) const {
     double f = 1.0;
     for (const auto& x : o.faults)
       if (x.kind == fault_kind::nvlink_degrade && x.node == node && x.w.active(t)) f *= 1.0 - x.pct / 100.0;
+    if (o.warmup_s > 0) f *= warmup_factor(t);
     return f;
   }
   /// Rail of channel `ch`: collectives over all GPUs of a node spread their channels over the node's NICs;

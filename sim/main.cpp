@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
     ::setenv("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "1000000", 0);
   }
   if (!o.cuda_driver.empty()) ::setenv("NCCLINSP_CUDA_DRIVER", o.cuda_driver.c_str(), 1);
+  // A simulated job's files are read after it ends (tests, demo, report): keep the final ones.
+  ::setenv("NCCLINSP_PROM_KEEP_FILES", "1", 0);
 
   // Child: one node.
   if (o.node_index >= 0) {

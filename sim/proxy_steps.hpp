@@ -52,25 +52,36 @@ inline int connections(const model& m, const sim_op& op, int rank, connection* o
   return n;
 }
 
-/// Step times of one connection (seconds). The op's channel data flows from t0 at the pace of its slowest edge
-/// (d per step, ending at the channel's end); this edge moves a step in x = d * pace / edge_factor <= d:
-///  send: posted at launch (all steps fit NCCL_STEPS); GPU has step k's chunk at a_s (k = 0) or when the
-///        ring's pace delivers it (T_k - x); the isend is accepted once the receiver has arrived and the wire is
-///        free; network completion x later;
-///  recv: posted at launch; data arrives when the sender's step completes; no GDR flush; the GPU consumes it
-///        within a small fraction of a step (not before this rank arrived).
+/// Step times of one connection (seconds), with the semantics of NCCL's src/transport/net.cc
+/// (sendProxyProgress / recvProxyProgress). The op's channel data flows from t0 at the pace of its slowest
+/// edge (d per step, ending at the channel's end); this edge moves a step in x = d * pace / edge_factor <= d.
+///  send: step k is posted (start, state 8) at launch for the first NCCL_STEPS, later when step k - 8
+///        completed (its slot is free); its chunk is ready (state 20) when the GPU has it: the steps of the
+///        first ring step carry this rank's own data (ready at launch), later ones data forwarded from the
+///        in-edge, which arrives at the ring's pace (T_k - x: just in time for this edge), or at once on a
+///        bottleneck edge (slower than its in-edge: the steps queue in front of it, as in a real ring);
+///        isend is accepted (state 9) as soon as the receiver has posted that buffer (it arrived, and for
+///        k >= 8 it consumed step k - 8), NOT when the wire is free: the wire serves accepted steps FIFO,
+///        so state 9 holds the queueing behind earlier steps in flight as well as the step's own wire time;
+///        `test` looks at the oldest step only, so completions are seen in order, up to a polling delay later.
+///  recv: posted (state 10) at launch for the first NCCL_STEPS, later once step k - 8 was consumed; the data
+///        arrives when the sender's step completes; no GDR flush; the GPU consumes it within a small fraction
+///        of a step (not before this rank arrived).
 struct step_s {
   double post, ready, sent, done;
 };
+inline constexpr int nccl_steps = 8;          // NCCL_STEPS: slots (and requests in flight) per connection
+inline constexpr double proxy_poll_s = 2e-6;  // up to one progress-loop pass between a completion and its test
 inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer,
                       bool is_send, double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
   const options& o = m.o;
-  const traffic tr = traffic_of(op, comm_size(o, op.comm));
+  const int n_comm = comm_size(o, op.comm);
+  const traffic tr = traffic_of(op, n_comm);
   const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
   const double wire = tr.size_bytes * tr.factor / nch;
   const int n = std::clamp(int((wire + chunk_bytes - 1) / chunk_bytes), 1, max_proxy_steps);
   step_bytes = std::size_t(wire / n);
-  const int G = o.gpus, local = self % G;
+  const int G = o.gpus, local = self % G, N = o.nodes;
   const int src = (is_send ? self : peer) / G, dst = (is_send ? peer : self) / G;
   const int ch = (op.channel_lo >= 0 ? op.channel_lo : 0) + channel;
   const int nic = m.nic_of(op.comm, local, ch);
@@ -78,25 +89,43 @@ inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int c
   const double d = std::max(0.0, ro.ch_end[std::size_t(channel)] - t0 - L) / n;
   // The channel's pace (slowest edge) and this edge's own speed, at the op's start.
   const int n0 = op.comm == comm_kind::pp ? std::min(src, dst) : 0;
-  const int n1 = op.comm == comm_kind::pp ? std::max(src, dst) : o.nodes - 1;
+  const int n1 = op.comm == comm_kind::pp ? std::max(src, dst) : N - 1;
   const double pace = m.channel_factor(op.comm, local, n0, n1, ch, t0);
-  const double edge = std::max(0.01, std::min(m.net_link(src, nic, t0), m.net_link(dst, nic, t0)));
+  auto edge_factor = [&](int a, int b) {
+    return std::max(0.01, std::min(m.net_link(a, nic, t0), m.net_link(b, nic, t0)));
+  };
+  const double edge = edge_factor(src, dst);
   const double x = d * std::min(1.0, pace / edge);
+  // P2P moves only its own data; a ring's first of R ring steps (AllGather/ReduceScatter n-1, AllReduce
+  // 2(n-1)) is the sender's own data, the rest is forwarded from its in-edge (the previous node's).
+  const bool p2p = op.p2p_dir != 0;
+  const int ring_steps = std::max(1, op.func == nccl_func::all_reduce ? 2 * (n_comm - 1) : n_comm - 1);
+  const int own = p2p ? n : std::max(1, (n + ring_steps - 1) / ring_steps);
+  const bool bottleneck = !p2p && N > 1 && edge < 0.99 * edge_factor((src + N - 1) % N, src);
   const double a_s = is_send ? a_self : a_peer, a_r = is_send ? a_peer : a_self;
-  double prev_done = 0, prev_consumed = 0;
+  double done[max_proxy_steps] = {}, consumed[max_proxy_steps] = {};
+  double wire_free = 0, prev_done = 0, prev_consumed = 0;
   for (int k = 0; k < n; ++k) {
     const double tk = t0 + L + (k + 1) * d;  // the ring's pace delivers step k here
-    const double ready = k == 0 ? a_s : std::max(a_s, tk - x);
-    const double sent = std::max({ready, a_r, prev_done});
-    const double done = sent + x;
-    prev_done = done;
+    const double post_s = k < nccl_steps ? a_s : done[k - nccl_steps];
+    const double input = k < own || bottleneck ? a_s : tk - x;
+    const double ready = std::max({post_s, input, a_s});
+    const double credit = k < nccl_steps ? a_r : consumed[k - nccl_steps];
+    const double sent = std::max(ready, credit);
+    wire_free = std::max(sent, wire_free) + x;  // FIFO on the wire
+    const double poll =                         // the same on both ends of the connection
+        proxy_poll_s * unit01(mix(mix(o.seed, u64(is_send ? self : peer) * 4096 + u64(is_send ? peer : self)),
+                                  u64(t0 * 1e6) * 64 + u64(k * 16 + channel)));
+    done[k] = std::max(wire_free, prev_done) + poll;  // `test` sees the oldest step only
+    prev_done = done[k];
+    const double got = std::max(a_r, done[k]);
+    consumed[k] = std::max({got + 0.02 * d, prev_consumed, a_r});
+    prev_consumed = consumed[k];
     if (is_send) {
-      out[k] = step_s{a_s, ready, sent, done};
+      out[k] = step_s{post_s, ready, sent, done[k]};
     } else {
-      const double got = std::max(a_r, done);
-      const double consumed = std::max({got + 0.02 * d, prev_consumed, a_r});
-      prev_consumed = consumed;
-      out[k] = step_s{a_r, got, got, consumed};
+      const double post_r = k < nccl_steps ? a_r : consumed[k - nccl_steps];
+      out[k] = step_s{post_r, got, got, consumed[k]};
     }
   }
   return n;

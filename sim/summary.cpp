@@ -59,6 +59,8 @@ std::map<std::string, double> measured_busbw(const options& base, const std::vec
   o.faults = faults;
   for (auto& f : o.faults) f.w = window{0, 1e300};
   o.hangs.clear();
+  o.bursts.clear();  // the expected figures are noise-free
+  o.tail_frac = o.pause_every_s = o.warmup_s = 0;
   const model m(o);
   timeline tl(m);
   std::map<std::string, std::pair<double, double>> acc;
@@ -108,6 +110,35 @@ void write_summary(const options& o, const model& m, const std::string& path) {
   num("compute_s", m.compute_s);
   num("flop_per_step_per_gpu", m.flop_per_step);
   j.end_object();
+  if (o.noisy()) {  // only when asked for: a run without noise writes what it always wrote
+    j.key("noise").begin_object();
+    j.key("congestion").begin_array();
+    for (const auto& c : o.bursts_cfg) {
+      j.begin_object();
+      num("gap_s", c.gap_s);
+      num("len_s", c.len_s);
+      num("pct", c.pct);
+      j.key("scope").value(scope_name(c.scope)).end_object();
+    }
+    j.end_array();
+    num("heavy_tail_frac", o.tail_frac);
+    num("heavy_tail_max", o.tail_max);
+    num("pause_every_s", o.pause_every_s);
+    num("pause_len_s", o.pause_len_s);
+    num("warmup_s", o.warmup_s);
+    num("warmup_pct", o.warmup_pct);
+    j.key("bursts").begin_array();
+    for (std::size_t i = 0; i < o.bursts.size(); ++i)
+      for (const auto& b : o.bursts[i]) {
+        j.begin_object();
+        j.key("congestion").value(int(i));
+        num("t0", b.w.t0);
+        num("t1", b.w.t1);
+        num("pct", 100.0 * (1.0 - b.factor));
+        j.key("node").value(b.node).key("nic").value(b.nic).end_object();
+      }
+    j.end_array().end_object();
+  }
   // Per kind (the old keys net_degrade / slow_host / hang_rank kept), plus one list of every fault.
   j.key("faults").begin_object();
   for (fault_kind k : {fault_kind::net_degrade, fault_kind::slow_host, fault_kind::slow_nic, fault_kind::straggler,

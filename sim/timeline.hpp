@@ -46,7 +46,8 @@ class timeline {
         arr_(std::size_t(n_), 0.0),
         blocked_(std::size_t(n_), 0),
         ops_(std::size_t(n_)),
-        arrivals_(m.program.size(), std::vector<double>(std::size_t(n_), 0.0)) {}
+        arrivals_(m.program.size(), std::vector<double>(std::size_t(n_), 0.0)),
+        next_pause_(m.o.pause_every_s) {}
 
   int ranks() const noexcept { return n_; }
   bool blocked(int r) const noexcept { return blocked_[std::size_t(r)] != 0; }
@@ -69,6 +70,13 @@ class timeline {
   void step(u64 s) {
     const options& o = m_.o;
     for (auto& v : ops_) v.clear();
+    // --pause: once the job's clock passes the next pause, every rank idles pause_len_s (a checkpoint
+    // save, an evaluation pass): no collective runs, then the job resumes where it was.
+    if (o.pause_every_s > 0 && o.pause_len_s > 0 && job_now() >= next_pause_) {
+      for (int r = 0; r < n_; ++r)
+        if (!blocked(r)) cur_[std::size_t(r)] += o.pause_len_s;
+      while (next_pause_ <= job_now()) next_pause_ += o.pause_every_s;
+    }
     const double c = m_.step_compute(s);
     for (std::size_t gi = 0; gi < m_.program.size(); ++gi) {
       const sim_group& g = m_.program[gi];
@@ -141,8 +149,11 @@ class timeline {
     const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
     const int ch_lo = op.channel_lo >= 0 ? op.channel_lo : 0;
     end = t0;
+    // A slow op instance (--heavy-tail) is slow on every channel: its ranks are coupled.
+    const double tail =
+        m_.o.tail_frac > 0 ? m_.tail_factor(mix(mix(m_.o.seed ^ 0x7a11, s), mix(u64(gi) * 16 + oi, inst))) : 1.0;
     for (int c = 0; c < nch; ++c) {
-      const double f = m_.channel_factor(op.comm, local, n0, n1, ch_lo + c, t0);
+      const double f = m_.channel_factor(op.comm, local, n0, n1, ch_lo + c, t0) / tail;
       ends[std::size_t(c)] = t0 + m_.duration(op, f, j);
       end = std::max(end, ends[std::size_t(c)]);
     }
@@ -255,6 +266,7 @@ class timeline {
   std::vector<char> blocked_;
   std::vector<std::vector<rank_op>> ops_;
   std::vector<std::vector<double>> arrivals_;
+  double next_pause_;  ///< job time of the next --pause
 };
 
 }  // namespace ncclinsp::sim::job

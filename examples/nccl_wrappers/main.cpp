@@ -4,6 +4,7 @@
 //   nccl_wrappers_example [dir] [iterations]      (default ./ncclinsp-example, 50)
 // With NCCL_INSPECTOR_ENABLE=1 in the environment the plugin's variables configure it instead.
 //   nccl_wrappers_example --sweep [min] [max] [ms]  plain NCCL busbw sweep for scripts/gpu_check.sh (sweep.hpp)
+//   nccl_wrappers_example --cases                   eager, grouped and CUDA-graph cases for scripts/gpu_check.sh (cases.hpp)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cases.hpp"
 #include "nccl_timed.hpp"
 #include "sweep.hpp"
 
@@ -43,6 +45,7 @@ static std::string uuid_string(const cudaUUID_t& u) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--sweep") return sweep::run(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "--cases") return cases::run_all();
   const std::string dir = argc > 1 ? argv[1] : "ncclinsp-example";
   const int iters = argc > 2 ? std::atoi(argv[2]) : 50;
   int ndev = 0;
@@ -125,6 +128,6 @@ int main(int argc, char** argv) {
     cudaFree(peer_buf[i]);
   }
   insp.reset();  // final export
-  std::printf("metrics in %s/nccl_inspector_metrics_<uuid>.prom\n", dir.c_str());
+  std::printf("metrics in %s/nccl_inspector_metrics_<uuid>.job-<job key>.prom\n", dir.c_str());
   return 0;
 }

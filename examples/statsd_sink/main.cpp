@@ -78,7 +78,7 @@ int self_test() {
     unique = keys.insert(l.substr(0, colon) + l.substr(bar)).second && unique;
   }
   const bool ok =
-      datagrams >= 2 && unique && all.find("nccl.ncclinsp_ops:4|c|#slurm_job_id:unknown,node:") != std::string::npos &&
+      datagrams >= 2 && unique && all.find("nccl.ncclinsp_ops:4|c|#job_id:") != std::string::npos &&
       all.find(
           ",comm_name:dp,comm_hash:0000000000000003,rank:1,nranks:4,n_nodes:1,collective:AllReduce,message_size:4MiB-8MiB,"
           "algo_proto:RING_SIMPLE") != std::string::npos &&

@@ -1,6 +1,7 @@
 // A training loop instrumented with the embedded API, runnable on a CPU: the "NCCL calls" are
 // synthetic, timed by a bandwidth model instead of CUDA events. It writes
-// nccl_inspector_metrics_<uuid>.prom (node_exporter's textfile format) and checks it.
+// nccl_inspector_metrics_<uuid>.job-<job key>.prom (node_exporter's textfile format) and checks
+// it: its own file, named by this job's key (SLURM_JOB_ID, NCCLINSP_JOB_ID, ... or this process).
 //
 //   training_loop [dir]     (default: a fresh directory under /tmp)
 #include <ncclinsp/inspector.hpp>
@@ -42,10 +43,12 @@ int main(int argc, char** argv) {
     dir = ::mkdtemp(tmpl);
   }
   const std::string uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  std::string name;
   {
     ncclinsp::inspector_options o{.sinks = ncclinsp::make_sinks(ncclinsp::prom_textfile_sink({.dir = dir})),
                                   .interval = std::chrono::milliseconds(100)};
     o.collector.identity.labels = {{"job", "example"}};
+    name = ncclinsp::prom_file_name(uuid, ncclinsp::format::job_key(o.collector.identity));
     ncclinsp::inspector insp(std::move(o));
     const auto tp = insp.add_comm(
         {.name = "tensor_parallel", .hash = 0x7701, .rank = 0, .nranks = 8, .nnodes = 1, .device = 0, .uuid = uuid});
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
     }
   }  // final export
 
-  std::ifstream f(dir + "/nccl_inspector_metrics_" + uuid + ".prom");
+  std::ifstream f(dir + "/" + name);
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
@@ -71,7 +74,6 @@ int main(int argc, char** argv) {
   const bool ok =
       has("collective=\"AllReduce\",message_size=\"8MiB-16MiB\",algo_proto=\"RING_SIMPLE\",job=\"example\"} 80\n") &&
       has("comm_name=\"data_parallel\"") && has("ncclinsp_op_duration_seconds_bucket{") && has("ncclinsp_info{");
-  std::printf("%s: %s/nccl_inspector_metrics_%s.prom (%zu bytes)\n", ok ? "ok" : "FAILED", dir.c_str(), uuid.c_str(),
-              text.size());
+  std::printf("%s: %s/%s (%zu bytes)\n", ok ? "ok" : "FAILED", dir.c_str(), name.c_str(), text.size());
   return ok ? 0 : 1;
 }

@@ -15,6 +15,10 @@
 /// take_snapshot(), take_records(), discard_records(): one consumer thread at a time (the exporter).
 /// Several exporters of one collector (the plugin's lingering final export beside the exporter of a
 /// re-init) take turns through consumer_mutex().
+///
+/// Design: take_records hands out batches of 4,096 records, 512 with op_traces (3 KB each, ~2 KB
+/// of JSON): a 4,096-record traced batch is 12 MiB of traces and 8 MiB of text, and first touching
+/// it stalls the writer ~400 ms on a VM.
 
 #include <algorithm>
 #include <array>
@@ -89,9 +93,7 @@ class collector {
   static constexpr std::size_t bytes_per_record(bool traced) noexcept {
     return sizeof(detail::record_slot) + (traced ? sizeof(op_trace) : 0);
   }
-  /// Records per take_records batch: 4,096, or 512 with op_traces (3 KB each, ~2 KB of JSON): a
-  /// 4,096-record traced batch was 12 MiB of traces and 8 MiB of text, and first touching it
-  /// stalled the writer ~400 ms on a VM.
+  /// Records per take_records batch: 4,096, or 512 with op_traces (Design, above).
   std::uint64_t record_batch() const noexcept { return opts_.record_traces ? 512 : 4096; }
   /// Bytes of ring storage allocated now (all threads; exporter thread or tests).
   std::uint64_t record_ring_bytes() const noexcept {
@@ -321,8 +323,8 @@ class collector {
       if (r.comm >= Traits::max_comms) return true;
       if (comm_index[r.comm] == no_index) {
         // Its communicator was added after this snapshot listed them (add_comm racing the
-        // exporter): leave it, and what follows, for the next drain, which lists it. Skipping it
-        // lost those records uncounted (test_reliability "JSON mode: N ops in ...", under ASan).
+        // exporter): leave it, and what follows, for the next drain, which lists it; skipping it
+        // would lose those records uncounted (test_reliability "JSON mode: N ops in ...").
         return !comms_.listed(r.comm);
       }
       std::int32_t ti = -1;

@@ -1,25 +1,35 @@
 #pragma once
 /// change_detector: in-process detection of a bus-bandwidth drop, per communicator x collective x
-/// native size bucket, within a few export windows (docs/diagnosis.md).
+/// native size bucket, and whether it is transient or sustained (docs/diagnosis.md).
 ///
 /// Every export window of a key yields one value, the time-weighted bus bandwidth of the ops it
 /// completed (sum of bus bytes / sum of durations, all algo_proto merged); a window with fewer
 /// than `min_ops` ops is carried into the next one, so sparse keys are judged on enough ops. The
 /// detector compares the median of the last `recent` values with the median of the `baseline`
 /// values before them: 2% per-op jitter averages out within a window, a slow +-5% wobble moves
-/// both medians together, and one outlier window moves neither. A key turns degraded after
-/// `confirm` consecutive values below `threshold` whose drop also exceeds `noise_sigmas` robust
-/// standard deviations of its baseline values (1.4826 x their median absolute deviation): a key
-/// whose windows scatter widely (small ops where launch skew between ranks is a large share of
-/// each op's time) needs a drop well outside its own scatter, a steady key just the threshold.
-/// Its baseline then stays at the pre-drop level until the recent median is back above `recover`
-/// (hysteresis) for `confirm` values.
+/// both medians together, and one outlier window (a heavy-tailed slow op) moves neither. A key
+/// starts a degradation episode after `confirm` consecutive values below `threshold` whose drop also
+/// exceeds `noise_sigmas` robust standard deviations of its baseline values (1.4826 x their median
+/// absolute deviation): a key whose windows scatter widely (small ops where launch skew between
+/// ranks is a large share of each op's time) needs a drop well outside its own scatter, a steady
+/// key just the threshold.
+///
+/// Transient or sustained: congestion from other jobs on a shared fabric comes in bursts of a few
+/// seconds, as deep as a real fault of 10-20%. An episode is `transient` until it has lasted
+/// `persist_s` from its estimated onset (the end of its first low window) with each of the newest
+/// `recent` values still below the threshold; then it is `sustained`: only then does the key's
+/// `degraded` gauge flip and `degradations` count it. A drop with each recent value below
+/// `deep_ratio` (a link at half speed, a failed port: deeper than congestion makes it) is sustained
+/// at once. An episode whose recent median is back above the threshold for `confirm` values before it
+/// is sustained counts in `transients`, and its depth (1 - lowest ratio) in `transient_depth`; a
+/// sustained one recovers above `recover` (hysteresis). Events: one when an
+/// episode starts (transient), one when it becomes sustained, one when it ends, each saying which.
 ///
 /// Only healthy values enter the baseline: a value joins it when it leaves the recent window,
-/// unless it was judged while the key was degraded (or was one of the recent values that turned
-/// it degraded). So a fault does not teach the baseline its own level: when it ends, the detector
-/// judges against the pre-fault level at once, and a second fault right after the first is caught
-/// (a baseline that had learnt the first fault's level would see the second as an improvement).
+/// unless it was judged during an episode (or was one of the recent values that started it). So a
+/// fault or a burst does not teach the baseline its own level: when it ends, the detector judges
+/// against the pre-fault level at once, and a second fault right after the first is caught (a
+/// baseline that had learnt the first fault's level would see the second as an improvement).
 ///
 /// Runs on the exporter thread (cold path), after collector::take_snapshot: update() appends
 /// snapshot::busbw (gauges) and snapshot::busbw_events (state changes). Nothing on the hot path.
@@ -53,6 +63,8 @@ struct detector_options {
   std::uint32_t confirm = 2;       ///< consecutive values beyond a threshold to change state
   std::uint64_t min_ops = 8;       ///< ops per window value (fewer: carried into the next window)
   double noise_sigmas = 3.5;       ///< and the drop exceeds this many robust sd of the baseline values
+  double persist_s = 10;           ///< an episode is sustained once it has lasted this long (0: at once)
+  double deep_ratio = 0.70;        ///< ... or at once when the recent median is below this ratio
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
@@ -64,17 +76,24 @@ inline detector_options detector_options_from(const env_options& o) {
   d.recent = o.detect_recent;
   d.baseline = o.detect_baseline;
   d.min_ops = o.detect_min_ops;
+  d.persist_s = o.detect_persist_s;
+  d.deep_ratio = o.detect_deep_pct / 100.0;
   return d;
 }
 
 /// One line for a log: "bus bandwidth of AllReduce 1MiB-2MiB on comm tp (hash, rank 3/8) degraded
-/// to 86% of baseline (41.2 -> 35.4 GB/s)".
+/// to 86% of baseline (41.2 -> 35.4 GB/s): transient so far (3 s)", "...: sustained (10 s)",
+/// "... recovered to 99% of baseline (...) after a transient degradation of 6 s, lowest 85%".
 inline std::string describe(const busbw_event& e) {
-  return fmt::format(
+  const std::string head = fmt::format(
       "bus bandwidth of {} {} on comm {} ({:016x}, rank {}/{}) {} to {:.0f}% of baseline ({:.3g} -> {:.3g} GB/s)",
       to_string(e.fn), pow2_bucketer::label(e.size_bucket),
       e.comm.name.empty() ? std::string_view("unknown") : std::string_view(e.comm.name), e.comm.hash, e.comm.rank,
       e.comm.nranks, e.degraded ? "degraded" : "recovered", e.ratio * 100, e.baseline_gbs, e.recent_gbs);
+  if (e.degraded)
+    return head + fmt::format(": {} ({:.0f} s)", e.sustained ? "sustained" : "transient so far", e.duration_s);
+  return head + fmt::format(" after a {} degradation of {:.0f} s, lowest {:.0f}%",
+                            e.sustained ? "sustained" : "transient", e.duration_s, e.lowest_ratio * 100);
 }
 
 class change_detector {
@@ -106,7 +125,7 @@ class change_detector {
       s.carry.bus_bytes += w.bus_bytes;
       s.carry.busy_ns += w.busy_ns;
       if (s.carry.ops >= o_.min_ops) {
-        push(s, s.carry.bus_bytes / static_cast<double>(s.carry.busy_ns));
+        push(s, s.carry.bus_bytes / static_cast<double>(s.carry.busy_ns), snap.time_unix_ns);
         s.carry = {};
         s.idle = 0;
         judge(snap, k, w.comm, s);
@@ -132,8 +151,10 @@ class change_detector {
                               .baseline_gbs = s.base,
                               .recent_gbs = s.recent,
                               .ratio = s.ratio,
-                              .degraded = s.degraded,
-                              .degradations = s.degradations});
+                              .degraded = s.ph == phase::sustained,
+                              .degradations = s.degradations,
+                              .transients = s.transients,
+                              .transient_depth = s.transient_depth});
       ++it;
     }
   }
@@ -166,16 +187,22 @@ class change_detector {
     void push(double x) { v[n++ % history] = x; }
     double at(std::size_t back) const { return v[(n - 1 - back) % history]; }  // 0 = newest
   };
+  enum class phase : std::uint8_t { healthy, transient, sustained };
   struct state {
-    ring recent_values;                   // every value; the newest `recent` form the recent window
-    std::array<bool, history> tainted{};  // per slot of recent_values: judged while degraded
-    ring base_values;                     // healthy values that left the recent window
+    ring recent_values;                           // every value; the newest `recent` form the recent window
+    std::array<std::uint64_t, history> end_ns{};  // per slot of recent_values: its window's end (snapshot time)
+    std::array<bool, history> tainted{};          // per slot of recent_values: judged during an episode
+    ring base_values;                             // healthy values that left the recent window
     window carry;
-    bool judged = false, degraded = false;
+    bool judged = false;
+    phase ph = phase::healthy;
     std::uint32_t streak = 0;  // consecutive values beyond the active threshold
     std::uint32_t idle = 0;    // updates since the last value
     double base = 0, recent = 0, ratio = 1;
-    std::uint64_t degradations = 0;
+    std::uint64_t onset_ns = 0;  // the episode's estimated onset: the end of its first low window
+    double lowest = 1;           // the episode's lowest ratio
+    std::uint64_t degradations = 0, transients = 0;
+    double transient_depth = 0;
   };
 
   static detector_options sanitize(detector_options o) {
@@ -184,16 +211,41 @@ class change_detector {
     o.min_baseline = std::clamp<std::uint32_t>(o.min_baseline, 1, o.baseline);
     o.confirm = std::max<std::uint32_t>(o.confirm, 1);
     o.min_ops = std::max<std::uint64_t>(o.min_ops, 1);
+    o.persist_s = std::clamp(o.persist_s, 0.0, 86400.0);
+    o.deep_ratio = std::clamp(o.deep_ratio, 0.0, o.threshold);
     return o;
   }
 
   /// Appends a value; the one that leaves the recent window joins the baseline if it is healthy.
-  void push(state& s, double v) const {
+  void push(state& s, double v, std::uint64_t t_ns) const {
     ring& r = s.recent_values;
     if (r.n >= o_.recent && !s.tainted[(r.n - o_.recent) % history]) s.base_values.push(r.at(o_.recent - 1));
-    s.tainted[r.n % history] = s.degraded;
+    s.tainted[r.n % history] = s.ph != phase::healthy;
+    s.end_ns[r.n % history] = t_ns;
     r.push(v);
   }
+  /// Window end time of the value `back` values before the newest (0 = newest).
+  static std::uint64_t end_at(const state& s, std::size_t back) {
+    return s.end_ns[(s.recent_values.n - 1 - back) % history];
+  }
+  /// The episode's onset estimate: the end of the oldest value below `cut` among the values that
+  /// started it (the newest recent + confirm - 1). Its end, not its start: the onset lies within that
+  /// window, and one isolated slow window right before a burst (a heavy-tailed op) must not make the
+  /// burst look a window longer than it was.
+  std::uint64_t onset_of(const state& s, double cut) const {
+    const std::size_t span = std::min<std::size_t>(o_.recent + o_.confirm - 1, std::min(s.recent_values.n, history));
+    std::size_t oldest = 0;
+    for (std::size_t i = 0; i < span; ++i)
+      if (s.recent_values.at(i) < cut) oldest = i;
+    return end_at(s, oldest);
+  }
+  /// The newest `count` values all below `cut`.
+  static bool all_below(const ring& r, std::size_t count, double cut) {
+    for (std::size_t i = 0; i < std::min(count, r.n); ++i)
+      if (r.at(i) >= cut) return false;
+    return true;
+  }
+
   /// Median of the newest `count` values of a ring (fewer if it holds fewer).
   static double median(const ring& r, std::size_t count) {
     std::array<double, history> buf;
@@ -217,31 +269,72 @@ class change_detector {
   void judge(snapshot& snap, const key& k, std::uint32_t comm, state& s) {
     if (s.recent_values.n < o_.recent || s.base_values.n < o_.min_baseline) return;
     s.recent = median(s.recent_values, o_.recent);
-    s.base = median(s.base_values, o_.baseline);  // unchanged while degraded: no value joins it
+    s.base = median(s.base_values, o_.baseline);  // unchanged during an episode: no value joins it
     if (s.base <= 0) return;
     s.ratio = s.recent / s.base;
     s.judged = true;
-    const bool beyond = s.degraded
-                            ? s.ratio >= o_.recover
-                            : s.ratio < o_.threshold &&
-                                  s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
-    s.streak = beyond ? s.streak + 1 : 0;
-    if (s.streak < o_.confirm) return;
-    s.streak = 0;
-    s.degraded = !s.degraded;
-    if (s.degraded) {
-      ++s.degradations;
-      // The recent values that turned it degraded never join the baseline either.
+    const std::uint64_t now = snap.time_unix_ns;
+    if (s.ph == phase::healthy) {
+      const bool beyond =
+          s.ratio < o_.threshold && s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
+      s.streak = beyond ? s.streak + 1 : 0;
+      if (s.streak < o_.confirm) return;
+      s.streak = 0;
+      s.ph = phase::transient;
+      s.lowest = s.ratio;
+      s.onset_ns = std::min(onset_of(s, o_.threshold * s.base), now);
+      // The recent values that started it never join the baseline either.
       for (std::size_t i = 0; i < std::min<std::size_t>(o_.recent, s.recent_values.n); ++i)
         s.tainted[(s.recent_values.n - 1 - i) % history] = true;
+      emit(snap, k, comm, s, true, false);
+      sustain_if_due(snap, k, comm, s);
+      return;
     }
+    s.lowest = std::min(s.lowest, s.ratio);
+    // A sustained episode ends above `recover` (hysteresis: it alerted); a transient one as soon as
+    // the median is back above the threshold, so a later burst starts an episode of its own.
+    s.streak = s.ratio >= (s.ph == phase::sustained ? o_.recover : o_.threshold) ? s.streak + 1 : 0;
+    if (s.streak >= o_.confirm) {
+      s.streak = 0;
+      const bool was_sustained = s.ph == phase::sustained;
+      if (!was_sustained) {
+        ++s.transients;
+        s.transient_depth += 1.0 - s.lowest;
+      }
+      s.ph = phase::healthy;
+      emit(snap, k, comm, s, false, was_sustained);
+      return;
+    }
+    if (s.ph == phase::transient) sustain_if_due(snap, k, comm, s);
+  }
+
+  /// A transient episode becomes sustained once it has lasted persist_s with each of the newest
+  /// `recent` values still below the threshold (one slow window after a burst does not extend it),
+  /// or at once when each of them is below deep_ratio (one heavy-tailed op in a burst window is not).
+  void sustain_if_due(snapshot& snap, const key& k, std::uint32_t comm, state& s) {
+    const bool low = s.ratio < o_.threshold && all_below(s.recent_values, o_.recent, o_.threshold * s.base);
+    const bool deep = all_below(s.recent_values, o_.recent, o_.deep_ratio * s.base);
+    if (!low || (seconds(s.onset_ns, snap.time_unix_ns) < o_.persist_s && !deep)) return;
+    s.ph = phase::sustained;
+    ++s.degradations;
+    emit(snap, k, comm, s, true, true);
+  }
+
+  static double seconds(std::uint64_t from_ns, std::uint64_t to_ns) {
+    return to_ns > from_ns ? static_cast<double>(to_ns - from_ns) * 1e-9 : 0.0;
+  }
+
+  void emit(snapshot& snap, const key& k, std::uint32_t comm, const state& s, bool degraded, bool sustained) const {
     snap.busbw_events.push_back({.comm = snap.comms[comm].desc,
                                  .fn = k.fn,
                                  .size_bucket = k.bucket,
-                                 .degraded = s.degraded,
+                                 .degraded = degraded,
+                                 .sustained = sustained,
                                  .baseline_gbs = s.base,
                                  .recent_gbs = s.recent,
                                  .ratio = s.ratio,
+                                 .lowest_ratio = s.lowest,
+                                 .duration_s = seconds(s.onset_ns, snap.time_unix_ns),
                                  .time_unix_ns = snap.time_unix_ns});
   }
 

@@ -19,7 +19,10 @@
 
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/detail/host.hpp"
+#include "ncclinsp/detail/job_identity.hpp"
 #include "ncclinsp/log.hpp"
+
+#include <unistd.h>
 
 namespace ncclinsp {
 
@@ -47,25 +50,29 @@ struct env_options {
   bool otel_verbose = false;           ///< NCCL_INSPECTOR_OTEL_VERBOSE
   // ---- native ----
   std::vector<std::string> sinks;  ///< NCCLINSP_SINKS=prom,json,trace (default: from NCCL_INSPECTOR_PROM_DUMP)
-  std::string node_name;           ///< NCCLINSP_NODE_NAME (default: host name)
-  std::vector<std::pair<std::string, std::string>> labels;  ///< NCCLINSP_LABELS=cluster=a,team=b (+ namespace/pod)
+  std::string node_name;           ///< NCCLINSP_NODE_NAME, else NODE_NAME (Kubernetes spec.nodeName), else host name
+  std::vector<std::pair<std::string, std::string>>
+      labels;                        ///< NCCLINSP_LABELS=cluster=a,team=b (+ k8s_namespace/k8s_pod)
   bool user_tag_label = false;       ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
   std::string cuda_driver;           ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
-  bool keep_prom_files = true;       ///< NCCLINSP_PROM_KEEP_FILES=0 deletes the .prom files at teardown
+  bool keep_prom_files = false;      ///< NCCLINSP_PROM_KEEP_FILES=1 leaves the final .prom files (for a cleaner)
   std::uint64_t json_max_bytes = 0;  ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
   std::uint64_t record_buffer_mb =
       64;  ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
   std::chrono::milliseconds exit_flush{
       2000};  ///< NCCLINSP_EXIT_FLUSH_MS: at process exit, wait this long for a final export still running
   std::chrono::seconds retain_finalized{
-      120};  ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
-  std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID (label)
+      120};            ///< NCCLINSP_RETAIN_FINALIZED_S: a destroyed communicator's final values stay exported this long
+  std::string job_id;  ///< the job key (label job_id): detail/job_identity.hpp's order
+  std::string slurm_job_id = "unknown";  ///< SLURM_JOB_ID, else the job key (label)
   // ---- diagnosis signals (docs/diagnosis.md) ----
   bool detect = true;  ///< NCCLINSP_DETECT: in-process bus-bandwidth change detection at each export
   std::uint32_t detect_threshold_pct = 92;  ///< NCCLINSP_DETECT_THRESHOLD_PCT: degraded below this % of baseline
   std::uint32_t detect_recent = 3;          ///< NCCLINSP_DETECT_RECENT: windows in the recent median
   std::uint32_t detect_baseline = 30;       ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
   std::uint32_t detect_min_ops = 8;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
+  std::uint32_t detect_persist_s = 10;      ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
+  std::uint32_t detect_deep_pct = 70;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
   bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
   std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----
@@ -161,16 +168,23 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
     else
       e.warn("NCCLINSP_SINKS", v, "a list of prom, json, trace");
   }
-  o.node_name = detail::host_name();
-  e.string("NCCLINSP_NODE_NAME", o.node_name);
-  e.string("SLURM_JOB_ID", o.slurm_job_id);
+  const detail::job_identity id = detail::resolve_job_identity(e, static_cast<long>(::getpid()));
+  o.node_name = id.node;
+  o.job_id = id.job_id;
+  o.slurm_job_id = id.slurm_job_id;
+  if (o.enable && id.job_from_fallback && !(id.k8s_namespace.empty() && id.k8s_pod.empty()))
+    emitf(log, log_level::warn,
+          "no job key on Kubernetes (NCCLINSP_JOB_ID and NCCLINSP_JOB_ID_FROM unset): job_id=\"{}\" names this "
+          "process alone; pass the job's name through the downward API and NCCLINSP_JOB_ID_FROM",
+          o.job_id);
   if (const char* v = e.raw("NCCLINSP_LABELS")) {
     std::vector<std::pair<std::string, std::string>> kv;
     bool ok = true;
     static constexpr std::string_view reserved[] = {
-        "version", "slurm_job_id", "node",     "gpu",        "uuid",          "comm_name",    "comm_hash",
-        "rank",    "nranks",       "n_nodes",  "collective", "p2p_operation", "message_size", "algo_proto",
-        "le",      "reason",       "user_tag", "abi",        "final",         "job",          "instance"};
+        "version",       "slurm_job_id", "job_id",     "node",     "gpu",           "uuid",
+        "comm_name",     "comm_hash",    "rank",       "nranks",   "n_nodes",       "collective",
+        "p2p_operation", "message_size", "algo_proto", "le",       "reason",        "user_tag",
+        "abi",           "final",        "job",        "instance", "k8s_namespace", "k8s_pod"};
     detail::for_each_item(v, ',', [&](std::string_view item) {
       const auto eq = item.find('=');
       if (eq == std::string_view::npos || !detail::is_label_name(item.substr(0, eq))) {
@@ -187,13 +201,8 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
       e.warn("NCCLINSP_LABELS", v,
              "name=value pairs separated by commas, names [a-zA-Z_][a-zA-Z0-9_]* and not one of ours");
   }
-  std::string ns, pod;
-  e.string("POD_NAMESPACE", ns);
-  e.string("NCCLINSP_K8S_NAMESPACE", ns);
-  e.string("POD_NAME", pod);
-  e.string("NCCLINSP_K8S_POD", pod);
-  if (!ns.empty()) o.labels.emplace_back("namespace", ns);
-  if (!pod.empty()) o.labels.emplace_back("pod", pod);
+  if (!id.k8s_namespace.empty()) o.labels.emplace_back("k8s_namespace", id.k8s_namespace);
+  if (!id.k8s_pod.empty()) o.labels.emplace_back("k8s_pod", id.k8s_pod);
   e.boolean("NCCLINSP_USER_TAG_LABEL", o.user_tag_label);
   e.string("NCCLINSP_CUDA_DRIVER", o.cuda_driver);
   e.boolean("NCCLINSP_PROM_KEEP_FILES", o.keep_prom_files);
@@ -209,6 +218,8 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
   e.integer("NCCLINSP_DETECT_RECENT", o.detect_recent, 1, 64);
   e.integer("NCCLINSP_DETECT_BASELINE", o.detect_baseline, 1, 64);
   e.integer("NCCLINSP_DETECT_MIN_OPS", o.detect_min_ops, 1, 1 << 20);
+  e.integer("NCCLINSP_DETECT_PERSIST_S", o.detect_persist_s, 0, 3600);
+  e.integer("NCCLINSP_DETECT_DEEP_PCT", o.detect_deep_pct, 1, 99);
   e.boolean("NCCLINSP_PROXY", o.proxy);
   e.integer("NCCLINSP_PROXY_SAMPLE", o.proxy_sample, 1, 1 << 20);
   if (const char* v = e.raw("NCCLINSP_DROP_LABELS")) {
@@ -252,6 +263,7 @@ inline std::string env_options::describe() const {
   kv("min_size_bytes", std::to_string(min_size_bytes));
   kv("require_kernel_timing", require_kernel_timing ? "1" : "0");
   kv("node", node_name);
+  kv("job_id", job_id);
   kv("slurm_job_id", slurm_job_id);
   std::string lb;
   for (const auto& [k, v] : labels) lb += (lb.empty() ? "" : ",") + k + "=" + v;
@@ -265,13 +277,11 @@ inline std::string env_options::describe() const {
                         " compat_gauges=" + (compat_gauges ? "1" : "0") + " max_series=" + std::to_string(max_series));
   kv("detect", detect ? "below " + std::to_string(detect_threshold_pct) + "% of baseline, windows recent=" +
                             std::to_string(detect_recent) + " baseline=" + std::to_string(detect_baseline) +
-                            " min_ops=" + std::to_string(detect_min_ops)
+                            " min_ops=" + std::to_string(detect_min_ops) + " sustained after " +
+                            std::to_string(detect_persist_s) + "s or below " + std::to_string(detect_deep_pct) + "%"
                       : std::string("off"));
   kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
   return s;
 }
-
-/// The name of earlier versions.
-using options [[deprecated("use ncclinsp::env_options")]] = env_options;
 
 }  // namespace ncclinsp

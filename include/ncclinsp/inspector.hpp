@@ -58,9 +58,6 @@ class basic_inspector {
     std::uint32_t gen = 0;
     bool counted = false;  ///< started was counted, so end/cancel must complete it
   };
-  /// The name of earlier versions of no_index here.
-  [[deprecated("use ncclinsp::no_index")]] static constexpr std::uint32_t no_slot = no_index;
-
   /// Builds the collector and starts the exporter thread (when enabled and interval > 0, or to
   /// serve flush()). Cold; throws std::bad_alloc / std::system_error on resource failure.
   explicit basic_inspector(inspector_options o = {})

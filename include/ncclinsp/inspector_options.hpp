@@ -16,6 +16,7 @@
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/env.hpp"
 #include "ncclinsp/detail/host.hpp"
+#include "ncclinsp/detail/job_identity.hpp"
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
@@ -65,12 +66,18 @@ struct inspector_options {
   /// The destructor's bound on the final export and the sinks' shutdown (see basic_inspector::shutdown).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(10)};
 
-  /// Host name as node, SLURM_JOB_ID, abi "embedded", this pid.
+  /// The node, job key and slurm_job_id of the environment (detail/job_identity.hpp, malformed
+  /// values skipped silently: from_env reports them), the host name, abi "embedded", this pid.
   static process_identity default_identity() {
     process_identity id;
-    id.node = id.hostname = detail::host_name();
-    if (const char* j = process_env("SLURM_JOB_ID"); j && *j) id.slurm_job_id = j;
     id.pid = static_cast<long>(::getpid());
+    const log_fn quiet = [](log_level, std::string_view) {};
+    const getenv_fn get = process_env;
+    const detail::job_identity job = detail::resolve_job_identity(detail::env_reader(quiet, get), id.pid);
+    id.hostname = detail::host_name();
+    id.node = job.node;
+    id.job_id = job.job_id;
+    id.slurm_job_id = job.slurm_job_id;
     return id;
   }
 

@@ -5,9 +5,7 @@
 
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
-#include <type_traits>
 
 namespace ncclinsp {
 
@@ -37,36 +35,11 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
     "Scatter", "Send",      "Recv",      "SendRecv",      "PutSignal", "Signal", "WaitSignal"};
 
 namespace detail {
-/// a == b for two views of one length, without a library call for names up to 16 characters
-/// (two overlapping loads from each; every byte read lies inside both views).
-constexpr bool same_chars(std::string_view a, std::string_view b) noexcept {
-  const std::size_t n = a.size();
-  if (std::is_constant_evaluated() || n > 16) return a == b;
-  const auto same = [&]<class W>(W) {
-    W x, y, u, v;
-    std::memcpy(&x, a.data(), sizeof x);
-    std::memcpy(&y, b.data(), sizeof y);
-    std::memcpy(&u, a.data() + n - sizeof u, sizeof u);
-    std::memcpy(&v, b.data() + n - sizeof v, sizeof v);
-    return x == y && u == v;
-  };
-  if (n >= 8) return same(std::uint64_t{});
-  if (n >= 4) return same(std::uint32_t{});
-  for (std::size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 /// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
-/// Hot (every Coll start parses four names): the last character is compared before the whole
-/// name, since names of one length mostly differ at the end (ncclFloat16 / ncclFloat32), so only
-/// the match is compared in full.
 template <class E, std::size_t N>
 constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s, std::size_t end = N) noexcept {
-  for (std::size_t i = 1; i < end; ++i) {
-    const std::string_view n = names[i];
-    if (n.size() == s.size() && (s.empty() || n.back() == s.back()) && same_chars(n, s)) return static_cast<E>(i);
-  }
+  for (std::size_t i = 1; i < end; ++i)
+    if (names[i] == s) return static_cast<E>(i);
   return E{};
 }
 }  // namespace detail

@@ -64,7 +64,8 @@ struct process_identity {
   std::string node{};      ///< node label (host name or NCCLINSP_NODE_NAME)
   std::string hostname{};  ///< real host name (JSON metadata)
   std::string slurm_job_id = "unknown";
-  std::string abi = "embedded";                               ///< profiler ABI NCCL loaded ("v7"), or "embedded"
+  std::string job_id{};          ///< the job key (label job_id); empty: the same as slurm_job_id
+  std::string abi = "embedded";  ///< profiler ABI NCCL loaded ("v7"), or "embedded"
   std::vector<std::pair<std::string, std::string>> labels{};  ///< user labels, validated names
   long pid = 0;
 };
@@ -144,12 +145,14 @@ struct departed_counts {
 struct busbw_health {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   func fn = func::unknown;
-  std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
-  double baseline_gbs = 0;        ///< reference bus bandwidth (frozen while degraded)
-  double recent_gbs = 0;          ///< median of the recent windows
-  double ratio = 1;               ///< recent / baseline
-  bool degraded = false;
-  std::uint64_t degradations = 0;  ///< times it entered the degraded state (a counter)
+  std::uint32_t size_bucket = 0;   ///< pow2_bucketer index
+  double baseline_gbs = 0;         ///< reference bus bandwidth (frozen while degraded)
+  double recent_gbs = 0;           ///< median of the recent windows
+  double ratio = 1;                ///< recent / baseline
+  bool degraded = false;           ///< a sustained degradation (detector.hpp: it outlasted persist_s)
+  std::uint64_t degradations = 0;  ///< sustained degradations so far (a counter)
+  std::uint64_t transients = 0;    ///< degradations that ended before they were sustained (a counter)
+  double transient_depth = 0;      ///< sum over those of their depth, 1 - lowest ratio (a counter)
 };
 
 /// A change of degraded state, for callbacks (self-contained: the communicator is copied).
@@ -157,8 +160,11 @@ struct busbw_event {
   comm_desc comm;
   func fn = func::unknown;
   std::uint32_t size_bucket = 0;  ///< pow2_bucketer index
-  bool degraded = false;          ///< true: entered the degraded state; false: recovered
+  bool degraded = false;          ///< true: entered (or confirmed) a degradation; false: recovered
+  bool sustained = false;         ///< it outlasted persist_s (or was deep); false: transient (so far)
   double baseline_gbs = 0, recent_gbs = 0, ratio = 1;
+  double lowest_ratio = 1;  ///< the episode's lowest ratio so far
+  double duration_s = 0;    ///< the episode's length so far (from its estimated onset)
   std::uint64_t time_unix_ns = 0;
 };
 
@@ -167,7 +173,7 @@ struct proxy_peer_snapshot {
   std::uint32_t comm = 0;  ///< index into snapshot::comms
   int peer = 0;            ///< peer rank in the communicator
   bool send = false;
-  std::array<std::uint64_t, 3> wait_ns{};  ///< send: gpu, peer_credit, network; recv: network, flush, gpu
+  std::array<std::uint64_t, 4> wait_ns{};  ///< send: gpu, peer_credit, network, queue; recv: network, flush, gpu, 0
   std::uint64_t bytes = 0, steps = 0;
 };
 

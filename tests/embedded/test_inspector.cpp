@@ -131,7 +131,7 @@ TEST_CASE("inspector: records ops into a .prom file with the plugin's schema", "
     insp.record(h, op);
     insp.record(h, make_op(func::send, 4 << 20, dtype::int8, 0, 50'000));
   }  // destruction: the final export (its window holds both ops, for the Inspector gauges)
-  const std::string text = slurp(dir + "/nccl_inspector_metrics_GPU-abc.prom");
+  const std::string text = slurp(dir + "/nccl_inspector_metrics_GPU-abc.job-5.prom");
   INFO(text.substr(0, 3000));
   CHECK(sample(text, "ncclinsp_ops_total",
                {"node=\"nodeE\"", "gpu=\"GPU1\"", "uuid=\"GPU-abc\"", "comm_name=\"tp\"",

@@ -229,7 +229,8 @@ TEST_CASE("parity: plugin and embedded API produce the same metric names, label 
                     {"NCCL_INSPECTOR_DUMP_DIR", plugin_dir},
                     {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
                     {"NCCLINSP_NODE_NAME", "nodeT"},
-                    {"SLURM_JOB_ID", "77"}},
+                    {"SLURM_JOB_ID", "77"},
+                    {"NCCLINSP_PROM_KEEP_FILES", "1"}},
                    run_plugin) == 0);
   run_embedded(embedded_dir);
 
@@ -237,7 +238,7 @@ TEST_CASE("parity: plugin and embedded API produce the same metric names, label 
   REQUIRE(pf.size() == 1);
   REQUIRE(ef.size() == 1);
   CHECK(pf[0].substr(plugin_dir.size()) ==
-        ef[0].substr(embedded_dir.size()));  // same name: nccl_inspector_metrics_<uuid>.prom
+        ef[0].substr(embedded_dir.size()));  // same name: nccl_inspector_metrics_<uuid>.job-77.prom
   const std::string plugin_text = slurp(pf[0]);
   const std::string embedded_text = slurp(ef[0]);
   INFO("plugin:\n" << plugin_text.substr(0, 4000) << "\nembedded:\n" << embedded_text.substr(0, 4000));
@@ -264,8 +265,11 @@ TEST_CASE("parity: plugin and embedded API produce the same metric names, label 
     std::istringstream in(t);
     std::string l;
     while (std::getline(in, l))
-      if (l.rfind("# ", 0) == 0) m.insert(l);
+      if (l.rfind("# HELP ", 0) == 0 || l.rfind("# TYPE ", 0) == 0) m.insert(l);
     return m;
   };
   CHECK(meta(plugin_text) == meta(embedded_text));
+  // Both files open with their writer's owner line (a different process each), for the cleaner.
+  CHECK(plugin_text.rfind("# ncclinsp-owner v1 ", 0) == 0);
+  CHECK(embedded_text.rfind("# ncclinsp-owner v1 ", 0) == 0);
 }

@@ -104,6 +104,7 @@ TEST_CASE("STATIC_PLUGIN: init/start/stop/finalize through the table write the m
     ::setenv("NCCL_INSPECTOR_DUMP_DIR", dir.c_str(), 1);
     ::setenv("NCCLINSP_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);  // no GPU: host-based file name
     ::setenv("NCCLINSP_NODE_NAME", "static-node", 1);
+    ::setenv("NCCLINSP_PROM_KEEP_FILES", "1", 1);  // read after teardown
     void* self = ::dlopen(nullptr, RTLD_NOW);
     const auto* t = static_cast<const newest_table*>(::dlsym(self, newest_symbol.c_str()));
     ::_exit(t ? drive(t) : 19);

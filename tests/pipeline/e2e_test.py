@@ -56,7 +56,7 @@ times given above, so the result does not depend on polling luck):
   9. Alertmanager (shipped prometheus/alertmanager.example.yml, production timers) delivers to the
      webhook exactly one page (NcclinspCollectiveHung, the hung communicator) per backend and
      one ticket per alert name for scenario 1: from Prometheus the NcclinspNetworkFabricDegraded
-     ticket (text and runbook checked); the per-collective alerts are inhibited by the fabric
+     ticket (text and runbook_url checked); the per-collective alerts are inhibited by the fabric
      alert (at most one earlier ticket from the in-process detector, which fires before this
      short job has a PromQL baseline). See check_notifications for VictoriaMetrics' timing.
 
@@ -90,21 +90,22 @@ ATTRIB_AT = 157             # attribution table evaluated here (31 s into the sl
 SCRAPE_INTERVAL = "2s"
 # Families that exist only once the in-process detector has its baseline (30 export windows of
 # 1 s, then 3 recent ones): checked later than the others.
-LATE_FAMILIES = {"ncclinsp_busbw_ratio_to_baseline", "ncclinsp_busbw_degraded", "ncclinsp_busbw_degradations_total"}
+LATE_FAMILIES = {"ncclinsp_busbw_ratio_to_baseline", "ncclinsp_busbw_degraded", "ncclinsp_busbw_degradations_total",
+                 "ncclinsp_busbw_transients_total", "ncclinsp_busbw_transient_depth_total"}
 LATE_AT = 60
 # Ops the workload runs only in its first step: their Inspector-compatible gauges exist for one
 # export window (~1 s) and may or may not be caught by a scrape.
 FIRST_STEP_ONLY = {"Broadcast"}
 
-IDENT = {"slurm_job_id", "node", "gpu", "uuid"}
+IDENT = {"job_id", "slurm_job_id", "node", "gpu", "uuid"}
 COMM = {"comm_name", "comm_hash", "rank", "nranks", "n_nodes"}
 OP = {"collective", "message_size", "algo_proto"}
 SCRAPE = {"job", "instance", "node_instance"}
 USER = {"cluster": "e2e"}   # NCCLINSP_LABELS=cluster=e2e
 COMPAT_COLL = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "collective",
-               "message_size", "algo_proto", "uuid"}
+               "message_size", "algo_proto", "job_id", "uuid"}
 COMPAT_P2P = {"version", "slurm_job_id", "node", "gpu", "comm_name", "n_nodes", "nranks", "p2p_operation",
-              "message_size", "uuid"}
+              "message_size", "job_id", "uuid"}
 # Expected label names per family (besides SCRAPE); user labels are added where the plugin writes them.
 EXPECTED = {
     "nccl_bus_bandwidth_gbs": COMPAT_COLL,
@@ -138,8 +139,10 @@ EXPECTED = {
     "ncclinsp_busbw_ratio_to_baseline": IDENT | COMM | {"collective", "message_size"},
     "ncclinsp_busbw_degraded": IDENT | COMM | {"collective", "message_size"},
     "ncclinsp_busbw_degradations_total": IDENT | COMM | {"collective", "message_size"},
+    "ncclinsp_busbw_transients_total": IDENT | COMM | {"collective", "message_size"},
+    "ncclinsp_busbw_transient_depth_total": IDENT | COMM | {"collective", "message_size"},
 }
-PROXY_STATES = {"send": {"gpu", "peer_credit", "network"}, "recv": {"network", "flush", "gpu"}}
+PROXY_STATES = {"send": {"gpu", "peer_credit", "network", "queue"}, "recv": {"network", "flush", "gpu"}}
 SIM_FAMILIES = {"ncclinsp_sim_step_tflops": {"node", "rank"}, "ncclinsp_sim_steps_total": {"node", "rank"}}
 HIST_LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
            "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]
@@ -321,7 +324,7 @@ class Run:
 
     def check_model_bandwidth(self, t):
         """Measured window bus bandwidth vs the simulator's model, healthy phase."""
-        rows = self.q(f'ncclinsp_job:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}"}}', t)
+        rows = self.q(f'ncclinsp_job:bus_bandwidth_gbs:rate1m{{job_id="{self.job}"}}', t)
         got = {}
         for m, v in rows:
             comm = re.sub(r"\d+$", "", m["comm_name"])
@@ -400,7 +403,7 @@ class Run:
     def check_net_degrade(self, t_end):
         t0, t1, pct = NET
         N = str(self.a.nodes)
-        fired = self.prom.firing("NcclinspBusBandwidthDegraded", self.T(0), t_end, slurm_job_id=self.job)
+        fired = self.prom.firing("NcclinspBusBandwidthDegraded", self.T(0), t_end, job_id=self.job)
         ag = [f for f in fired if f[0].get("collective") == "AllGather" and f[0].get("n_nodes") == N
               and f[0].get("comm_name") == "fsdp"]
         if not ag:
@@ -416,7 +419,7 @@ class Run:
                 self.fail(f"NcclinspBusBandwidthDegraded fired for NVLink-only {m} at t={a - self.t0:.0f}s")
             if a - self.t0 < t0:
                 self.fail(f"NcclinspBusBandwidthDegraded fired before the fault: {m} at t={a - self.t0:.0f}s")
-        fab = self.prom.firing("NcclinspNetworkFabricDegraded", self.T(0), t_end, slurm_job_id=self.job)
+        fab = self.prom.firing("NcclinspNetworkFabricDegraded", self.T(0), t_end, job_id=self.job)
         if not fab:
             self.fail("NcclinspNetworkFabricDegraded did not fire")
         else:
@@ -425,7 +428,7 @@ class Run:
             if not t0 < at <= t1 or fab[0][0].get("fabric") != "network":
                 self.fail(f"fabric alert {fab[0][0]} at t={at:.0f}s, expected fabric=network within {t0}-{t1}s")
         self.fabric_at = fab[0][1] if fab else None
-        rule = f'ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}"}}'
+        rule = f'ncclinsp_job_fabric:bus_bandwidth_gbs:rate1m{{job_id="{self.job}"}}'
         before = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t0 - 1)}
         during = {(m["fabric"], m["collective"], m["message_size"]): v for m, v in self.q(rule, t1 - 1)}
         nv = [k for k in before if k[0] == "nvlink" and math.isfinite(before[k])]
@@ -482,7 +485,7 @@ class Run:
             self.fail(f"attribution: ReduceScatter (network) per host differs: {rs}")
         # ...while every host's network bandwidth is down alike (the window at ATTRIB_AT holds ~30 s of the
         # 50 % fabric degradation and ~30 s of the slow host at 75 %, so between those against healthy t=28).
-        sel = f'ncclinsp:bus_bandwidth_gbs:rate1m{{slurm_job_id="{self.job}",n_nodes!="1",collective="ReduceScatter"}}'
+        sel = f'ncclinsp:bus_bandwidth_gbs:rate1m{{job_id="{self.job}",n_nodes!="1",collective="ReduceScatter"}}'
         healthy = {m.get("node", "job"): v for m, v in self.q(sel, 28)}
         during = {m.get("node", "job"): v for m, v in self.q(sel, ATTRIB_AT)}
         ratios = {k: during[k] / v for k, v in healthy.items() if k in during and v > 0}
@@ -496,7 +499,7 @@ class Run:
     # -- 6. hang --------------------------------------------------------------------------------
     def check_hang(self, t_end):
         job = self.job + "-hang"
-        fired = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=job)
+        fired = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, job_id=job)
         if not fired:
             self.fail("NcclinspCollectiveHung did not fire")
             return
@@ -518,7 +521,7 @@ class Run:
             f"(rank {HANG_RANK} hung at t={HANG_AT}s; its peer blocked in the same op: {sorted(hung)})")
         if not HANG_AT + 60 < at - self.t0 < HANG_AT + 60 + 15 + 20:
             self.fail(f"hang alert at t={at - self.t0:.0f}s, expected ~{HANG_AT + 75}s")
-        quiet = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, slurm_job_id=self.job)
+        quiet = self.prom.firing("NcclinspCollectiveHung", self.T(0), t_end, job_id=self.job)
         if quiet:
             self.fail(f"NcclinspCollectiveHung fired for the healthy job: {quiet[:2]}")
 
@@ -547,7 +550,7 @@ class Run:
             deadline = time.time() + 20
             while True:
                 mine = [m for m, _ in self.prom.values(r["query"], at=now + later)
-                        if m.get("slurm_job_id", self.job) == self.job]
+                        if m.get("job_id", self.job) == self.job]
                 if not mine or time.time() > deadline:
                     break
                 time.sleep(1)
@@ -575,7 +578,7 @@ class Run:
     def check_notifications(self, hook, backend):
         """What the on-call person got from this backend's Alertmanager (webhook paths
         /<backend>/page and /<backend>/ticket, see scripts/stack.sh --webhook)."""
-        runbooks = {r["name"]: r.get("annotations", {}).get("runbook")
+        runbooks = {r["name"]: r.get("annotations", {}).get("runbook_url")
                     for g in self.prom.rules() for r in g["rules"] if r.get("type") == "alerting"}
         # group_wait is 1m (10 s for pages) after the first alert of a group reaches Alertmanager.
         fab, hang = getattr(self, "fabric_at", None), getattr(self, "hang_at", None)
@@ -583,7 +586,7 @@ class Run:
 
         def mine():
             return [(path, d) for _, path, d in hook.notifications(f"/{backend}/", "firing")
-                    if d.get("groupLabels", {}).get("slurm_job_id") in (self.job, self.job + "-hang")]
+                    if d.get("groupLabels", {}).get("job_id") in (self.job, self.job + "-hang")]
         while time.time() < deadline and not {"NcclinspNetworkFabricDegraded", "NcclinspCollectiveHung"} <= \
                 {d["groupLabels"].get("alertname") for _, d in mine()}:
             time.sleep(1)
@@ -616,8 +619,8 @@ class Run:
             self.fail(f"unexpected notifications {extra}")
         for path, d in got:
             name = d["groupLabels"].get("alertname")
-            if not runbooks.get(name) or d["commonAnnotations"].get("runbook") != runbooks.get(name):
-                self.fail(f"{name}: runbook in the notification {d['commonAnnotations'].get('runbook')!r}")
+            if not runbooks.get(name) or d["commonAnnotations"].get("runbook_url") != runbooks.get(name):
+                self.fail(f"{name}: runbook_url in the notification {d['commonAnnotations'].get('runbook_url')!r}")
             if name == "NcclinspCollectiveHung":
                 comms = {(a["labels"].get("node"), a["labels"].get("comm_name")) for a in d["alerts"]}
                 if comms != getattr(self, "hung_comms", None):

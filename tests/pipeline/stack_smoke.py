@@ -35,7 +35,7 @@ LE = ["1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.00
 COLLS = ["AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll"]
 # (comm_name, comm_hash, nranks, n_nodes)
 COMMS = [("tp", "1a2b3c4d5e6f7081", 2, 1), ("dp", "9f8e7d6c5b4a3921", 2, 2)]
-OP_LABELS = ["slurm_job_id", "node", "gpu", "uuid", "comm_name", "comm_hash", "rank", "nranks",
+OP_LABELS = ["job_id", "slurm_job_id", "node", "gpu", "uuid", "comm_name", "comm_hash", "rank", "nranks",
              "n_nodes", "collective", "message_size", "algo_proto"]
 SCRAPE_LABELS = {"job", "instance", "node_instance"}
 
@@ -55,7 +55,7 @@ def render(node, idx, t, speed, degrade_at=None, degrade=1.0, hang_at=None):
     its bandwidth (counters stay monotonic). hang_at: from then on, the n_nodes>1 comm has an op
     in flight that never completes (oldest_inflight_age_seconds grows)."""
     uuid = f"GPU-0000000{idx}-1111-2222-3333-44444444444{idx}"
-    ident = {"slurm_job_id": JOB, "node": node, "gpu": "GPU0", "uuid": uuid}
+    ident = {"job_id": JOB, "slurm_job_id": JOB, "node": node, "gpu": "GPU0", "uuid": uuid}
     fam = {}  # name -> (type, help, [lines])
 
     def add(name, typ, help_, labels, value):
@@ -92,13 +92,13 @@ def render(node, idx, t, speed, degrade_at=None, degrade=1.0, hang_at=None):
             if coll in ("Send", "Recv"):
                 il = {"version": "v5.1", "slurm_job_id": JOB, "node": node, "gpu": "GPU0", "comm_name": comm,
                       "n_nodes": n_nodes, "nranks": nranks, "p2p_operation": coll, "message_size": "24-25MB",
-                      "uuid": uuid}
+                      "uuid": uuid, "job_id": JOB}
                 add("nccl_p2p_bus_bandwidth_gbs", "gauge", "Window geomean busbw (GB/s).", il, base / 1e9)
                 add("nccl_p2p_exec_time_microseconds", "gauge", "Window mean exec time (us).", il, dur * 1e6)
             else:
                 il = {"version": "v5.1", "slurm_job_id": JOB, "node": node, "gpu": "GPU0", "comm_name": comm,
                       "n_nodes": n_nodes, "nranks": nranks, "collective": coll, "message_size": "24-25MB",
-                      "algo_proto": ap, "uuid": uuid}
+                      "algo_proto": ap, "uuid": uuid, "job_id": JOB}
                 add("nccl_bus_bandwidth_gbs", "gauge", "Window geomean busbw (GB/s).", il, base / 1e9)
                 add("nccl_collective_exec_time_microseconds", "gauge", "Window mean exec time (us).", il, dur * 1e6)
         # In-process detector gauges (per comm x collective x size) and sampled proxy accounting
@@ -257,7 +257,7 @@ def main():
             compat = prom.values('nccl_bus_bandwidth_gbs{collective="AllReduce", n_nodes="1"}')
             if not compat or set(compat[0][0]) - {"__name__"} != {"version", "slurm_job_id", "node", "gpu",
                                                                  "comm_name", "n_nodes", "nranks", "collective",
-                                                                 "message_size", "algo_proto", "uuid"} | SCRAPE_LABELS:
+                                                                 "message_size", "algo_proto", "uuid", "job_id"} | SCRAPE_LABELS:
                 fail(f"compat labels: {compat[:1]}")
 
             # Recording rules (those without an offset/baseline window).

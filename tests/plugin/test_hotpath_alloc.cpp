@@ -50,7 +50,8 @@ TEST_CASE("hot path: no allocation and no lock per op after warm-up, on the enqu
                                                   {"NCCL_INSPECTOR_PROM_DUMP", "1"},
                                                   {"NCCL_INSPECTOR_DUMP_DIR", dir},
                                                   {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
-                                                  {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB}};
+                                                  {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+                                                  {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // read after teardown
   REQUIRE(
       in_child(env, [] {
         sim::plugin_library lib(NCCLINSP_PLUGIN_SO, ncclinsp::abi::newest);

@@ -33,7 +33,8 @@ namespace {
 std::map<std::string, std::string> prom_env(const std::string& dir) {
   return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCL_INSPECTOR_PROM_DUMP", "1"},
           {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
-          {"NCCLINSP_NODE_NAME", "nodeT"},  {"SLURM_JOB_ID", "77"}};
+          {"NCCLINSP_NODE_NAME", "nodeT"},  {"SLURM_JOB_ID", "77"},
+          {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // the tests read the final files after teardown
 }
 
 /// AllReduce 4 MiB on channels 2..5 with a 500 us span, AllGather 1 MiB/rank on 2 channels over
@@ -96,7 +97,7 @@ TEST_CASE("each ABI version: busbw and exec time from GPU timestamps, channels n
     REQUIRE(in_child(prom_env(dir), [abi] { return drive_basic(abi); }) == 0);
     const auto files = files_in(dir, ".prom");
     REQUIRE(files.size() == 1);
-    CHECK(files[0] == dir + "/nccl_inspector_metrics_" + uuid_of(3) + ".prom");
+    CHECK(files[0] == dir + "/nccl_inspector_metrics_" + uuid_of(3) + ".job-77.prom");
     const std::string text = slurp(files[0]);
     INFO(text.substr(0, 2000));
     const std::string ver = "version=\"v" + std::to_string(abi) + ".1\"";
@@ -464,7 +465,7 @@ TEST_CASE("symlinks planted at every name the plugin writes are never followed",
             char host[256] = "unknown";
             ::gethostname(host, sizeof host - 1);
             const std::string pid = std::to_string(::getpid());
-            const std::string prom = "nccl_inspector_metrics_" + uuid_of(3) + ".prom";
+            const std::string prom = "nccl_inspector_metrics_" + uuid_of(3) + ".job-77.prom";
             for (const std::string& n : {std::string(host) + "-pid" + pid + ".log", prom, "." + prom + ".tmp." + pid,
                                          "nodeT-pid" + pid + ".trace.json"})
               if (::symlink(victim.c_str(), (dir + "/" + n).c_str()) != 0) return 20;

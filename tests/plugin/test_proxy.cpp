@@ -22,10 +22,11 @@ using namespace ncclinsp_test;
 namespace {
 
 std::map<std::string, std::string> proxy_env(const std::string& dir, const char* sample) {
-  return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCL_INSPECTOR_PROM_DUMP", "1"},
-          {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
-          {"NCCLINSP_NODE_NAME", "nodeP"},  {"NCCLINSP_PROXY", "1"},
-          {"NCCLINSP_PROXY_SAMPLE", sample}};
+  return {{"NCCL_INSPECTOR_ENABLE", "1"},    {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+          {"NCCL_INSPECTOR_DUMP_DIR", dir},  {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
+          {"NCCLINSP_NODE_NAME", "nodeP"},   {"NCCLINSP_PROXY", "1"},
+          {"NCCLINSP_PROXY_SAMPLE", sample}, {"SLURM_JOB_ID", "88"},
+          {"NCCLINSP_PROM_KEEP_FILES", "1"}};
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -243,11 +244,12 @@ TEST_CASE("change detector through the plugin .so: a 13% drop is logged as a WAR
   env.erase("NCCLINSP_PROXY");
   env["NCCLINSP_INTERVAL"] = "100ms";
   env["NCCLINSP_DETECT_MIN_OPS"] = "4";
+  env["NCCLINSP_DETECT_PERSIST_S"] = "1";  // 15 degraded windows of 100 ms: sustained after 1 s
   REQUIRE(in_child(env, [dir] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(1);
             sim::comm_driver comm(lib, {.comm_hash = 0xde7, .name = "dp", .n_nodes = 2, .n_ranks = 4, .rank = 0});
-            const std::string prom = dir + "/nccl_inspector_metrics_" + uuid_of(1) + ".prom";
+            const std::string prom = dir + "/nccl_inspector_metrics_" + uuid_of(1) + ".job-88.prom";
             // One export window per iteration: record ops, then wait for the exporter's next file.
             auto next_export = [&](double after) {
               for (int i = 0; i < 400; ++i) {

@@ -55,6 +55,7 @@ TEST_CASE(
       {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
       {"NCCLINSP_NODE_NAME", "nodeW"},
       {"SLURM_JOB_ID", "9"},
+      {"NCCLINSP_PROM_KEEP_FILES", "1"},              // read after teardown
       {"NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING", "0"},  // keep the CPU-timed (proxy-observed) ops
       {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
       {"NCCL_INSPECTOR_DUMP_VERBOSE", "1"}};

@@ -60,7 +60,8 @@ std::string promtool_findings(const std::string& file) {
 std::map<std::string, std::string> base_env(const std::string& dir, const char* sinks = "prom") {
   return {{"NCCL_INSPECTOR_ENABLE", "1"},   {"NCCLINSP_SINKS", sinks},
           {"NCCL_INSPECTOR_DUMP_DIR", dir}, {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
-          {"NCCLINSP_NODE_NAME", "nodeR"},  {"SLURM_JOB_ID", "5"}};
+          {"NCCLINSP_NODE_NAME", "nodeR"},  {"SLURM_JOB_ID", "5"},
+          {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // the tests read the final files after teardown
 }
 
 // Log lines the plugin sent through NCCL's logger (child process only).
@@ -99,7 +100,8 @@ bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit
   return pred();
 }
 
-/// A .prom file: complete (ends with newline), every line a comment or `name{labels} value`.
+/// A .prom file: complete (ends with newline), the owner line first, then every line HELP, TYPE or
+/// `name{labels} value`.
 bool prom_well_formed(const std::string& text, std::set<std::string>* families = nullptr) {
   if (text.empty() || text.back() != '\n') return false;
   std::size_t pos = 0;
@@ -109,7 +111,8 @@ bool prom_well_formed(const std::string& text, std::set<std::string>* families =
     pos = nl + 1;
     if (line.empty()) return false;
     if (line[0] == '#') {
-      if (line.rfind("# HELP ", 0) != 0 && line.rfind("# TYPE ", 0) != 0) return false;
+      const bool owner = line.data() == text.data() && line.rfind("# ncclinsp-owner v1 ", 0) == 0;  // first line
+      if (line.rfind("# HELP ", 0) != 0 && line.rfind("# TYPE ", 0) != 0 && !owner) return false;
       if (families && line.rfind("# TYPE ", 0) == 0)
         families->insert(std::string(line.substr(7, line.find(' ', 7) - 7)));
       continue;
@@ -204,15 +207,20 @@ TEST_CASE("garbage in every NCCL_INSPECTOR_* / NCCLINSP_* variable: one warning 
       {"NCCLINSP_JSON_MAX_BYTES", std::string(5000, '9')},
       {"NCCLINSP_EXIT_FLUSH_MS", "2 seconds"},
       {"NCCLINSP_RETAIN_FINALIZED_S", "-5"},
+      // Identity values: control characters or more than 256 bytes (detail/job_identity.hpp).
+      {"NCCLINSP_NODE_NAME", "node\"\\\n\xff"},
+      {"NCCLINSP_K8S_NAMESPACE", std::string(3000, '\xc3')},
+      {"NCCLINSP_K8S_POD", "pod\"},{\n"},
+      {"SLURM_JOB_ID", "\"\n"},
   };
   auto env = base_env(dir);
   env.erase("NCCLINSP_SINKS");
   for (const auto& [k, v] : garbage) env[k] = v;
-  // Free-form values are taken as given (no warning) and must come out escaped.
-  env["NCCLINSP_NODE_NAME"] = "node\"\\\n\xff";
-  env["NCCLINSP_K8S_NAMESPACE"] = std::string(3000, '\xc3');
-  env["NCCLINSP_K8S_POD"] = "pod\"},{\n";
-  env["SLURM_JOB_ID"] = "\"\n";
+  // Printable free-form values are taken as given (no warning) and must come out escaped.
+  env["NODE_NAME"] = "node\"\\\xff";
+  env["POD_NAMESPACE"] = std::string(200, '\xc3');
+  env["POD_NAME"] = "pod\"},{";
+  env["NCCLINSP_JOB_ID"] = "\"{job}\\";
   REQUIRE(in_child(env, [&garbage] {
             sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
             set_device(0);
@@ -279,7 +287,7 @@ int unusable_then_usable(const std::string& dir, const std::function<void()>& fi
   if (sim::logger_warn_count().load() + warnings() != 1) return 3;
   fix();
   for (int i = 0; i < 2; ++i) one_op(c, t0 + 10'000'000ull);
-  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(1));
+  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(1), "5");
   if (!wait_for([&] {
         return ::access(prom.c_str(), R_OK) == 0 &&
                sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"dirtest\""}) == 7;
@@ -422,7 +430,7 @@ int disk_full_scenario(const std::string& dir, const std::function<void()>& fill
   if (lib.table<abi::newest>()->init(&ctx, 7, &mask, "keep", 1, 2, 0, capture_logger) != abi::success) return 1;
   sim::comm_driver c(lib, {.comm_hash = 9, .name = "full", .n_ranks = 2});
   one_op(c);
-  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(2));
+  const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(2), "5");
   if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"full\""}) == 1; })) return 2;
   fill();
   for (int i = 0; i < 200; ++i) {  // many new series: the next file is larger than what is left
@@ -620,7 +628,7 @@ TEST_CASE("node_exporter-style readers never see a torn .prom file while it is r
     }
   });
   REQUIRE(ex.start());
-  const std::string path = dir + "/" + ncclinsp::prom_file_name("GPU-r");
+  const std::string path = dir + "/" + ncclinsp::prom_file_name("GPU-r", "unknown");  // a bare collector: job "unknown"
   REQUIRE(wait_for([&] { return ::access(path.c_str(), R_OK) == 0; }));
   std::this_thread::sleep_for(20ms);
   std::set<std::string> want;
@@ -1074,7 +1082,7 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
             set_device(0);
             sim::comm_driver c(lib, {.comm_hash = 31, .name = "parent", .n_ranks = 2});
             one_op(c);
-            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0), "5");
             if (!wait_for([&] { return sample(slurp(prom), "ncclinsp_ops_total", {"comm_name=\"parent\""}) == 1; }))
               return 1;
             const std::uint64_t before = mono_ns();
@@ -1111,7 +1119,7 @@ TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither
           "[reliability][twoproc]") {
   // Two processes on the same GPU (MPS, two jobs on one node) name their file after the same
   // UUID. Sharing it, each export would replace the other process's series. The first keeps the
-  // name, the second writes `..._<uuid>-pid<pid>.prom` (node_exporter reads every *.prom).
+  // name, the second writes `..._<uuid>.job-<key>.pid<pid>.prom` (node_exporter reads every *.prom).
   const std::string dir = fresh_dir("rel");
   auto env = base_env(dir);
   env["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] = "100000";
@@ -1148,7 +1156,7 @@ TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither
   CHECK(WEXITSTATUS(sb) == 0);
   const auto proms = files_in(dir, ".prom");
   REQUIRE(proms.size() == 2);
-  const std::string shared_name = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+  const std::string shared_name = dir + "/" + ncclinsp::prom_file_name(uuid_of(0), "5");  // one job: SLURM_JOB_ID 5
   CHECK(std::count(proms.begin(), proms.end(), shared_name) == 1);
   int seen_a = 0, seen_b = 0;
   for (const auto& f : proms) {
@@ -1177,7 +1185,7 @@ TEST_CASE("re-init while the old exporter is still writing, after dlclose and dl
   REQUIRE(in_child(env, [&dir] {
             const std::string fifo = dir + "/" + hostname() + "-pid" + std::to_string(::getpid()) + ".log";
             if (::mkfifo(fifo.c_str(), 0644) != 0) return 1;
-            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0));
+            const std::string prom = dir + "/" + ncclinsp::prom_file_name(uuid_of(0), "5");
             std::atomic<bool> stop{false};
             std::atomic<int> reads{0}, torn{0};
             std::thread reader([&] {  // node_exporter

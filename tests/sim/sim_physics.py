@@ -15,7 +15,10 @@
      final dump_stats counts it abandoned;
   6. --random-fault SEED: deterministic, written to the summary, size 10-50 %;
   7. ProxyOp/ProxyStep events (recording plugin): network communicators only, NCCL's state order per step,
-     each step stopped after its last state; the wall-clock waits (straggler, slow NIC) are printed.
+     each step stopped after its last state; the wall-clock waits (straggler, slow NIC) are printed;
+  8. network noise: a fabric burst slows network collectives by its depth and not NVLink-only ones, a
+     heavy tail makes a few ops 2-10x slower, a pause leaves a gap without collectives, warm-up starts
+     slower; the same seed draws the same bursts.
 
 usage: sim_physics.py SIM PLUGIN WORKDIR RECORDING_PLUGIN
 """
@@ -316,6 +319,43 @@ sw = {ph: (wait_mean(ph, "fsdp", None, None, True, None, 2, 1), wait_mean(ph, "f
 print(f"proxy: {len(pops)} ProxyOps, {len(steps)} steps in NCCL order; straggler: successor's step-0 RecvWait "
       f"{rw_h:.2f} -> {rw_s:.2f} ms, predecessor's SendPeerWait {pw_s:.2f} ms, its own {own:.2f} ms; slow NIC: "
       f"SendWait/step {sw['nic'][0]:.2f} ms vs {sw['nic'][1]:.2f} ms (healthy {sw['healthy'][0]:.2f} / {sw['healthy'][1]:.2f})")
+
+# ---- 8. network noise ------------------------------------------------------------------------------------
+NOISE = ["--nodes", "2", "--gpus", "2", "--duration", "6", "--seed", "3", "--congestion", "1.2:0.8:40:fabric",
+         "--heavy-tail", "0.03", "--pause", "3:0.5", "--warmup", "1:30"]
+recs, _, summ = run("noise", *NOISE)
+T = t_of(recs)
+bursts = [(b["t0"], b["t1"]) for b in summ["noise"]["bursts"] if b["t0"] < 6]
+check(len(bursts) >= 2, f"noise: {len(bursts)} bursts drawn in 6 s (mean gap 1.2 s)")
+def in_burst(t, margin=0.05):
+    return any(a - margin <= t <= b + margin for a, b in bursts)
+def clear(t):
+    return t > 1.1 and not in_burst(t, 0.1)
+ag = [r for r in recs if r["comm"] == "fsdp" and r["op"] == "AllGather"]
+tp = [r for r in recs if r["comm"] == "tp" and r["size"] == 32 << 20]
+ag_clear = sorted(r["busbw"] for r in ag if clear(T(r)))
+ag_mid = ag_clear[len(ag_clear) // 2] if ag_clear else float("nan")
+ag_burst = [r["busbw"] / ag_mid for r in ag if any(a + 0.05 < T(r) < b - 0.05 for a, b in bursts) and T(r) > 1.1]
+ag_burst.sort()
+check(ag_burst and abs(ag_burst[len(ag_burst) // 2] - 0.6) < 0.05,
+      f"noise: fsdp AllGather in a 40% burst at {ag_burst[len(ag_burst) // 2] if ag_burst else float('nan'):.2f} of its clear level")
+tp_clear = sorted(r["busbw"] for r in tp if clear(T(r)))
+tp_burst = sorted(r["busbw"] for r in tp if any(a + 0.05 < T(r) < b - 0.05 for a, b in bursts) and T(r) > 1.1)
+check(tp_clear and tp_burst and abs(tp_burst[len(tp_burst) // 2] / tp_clear[len(tp_clear) // 2] - 1) < 0.03,
+      "noise: NVLink-only tp AllReduce slowed by a network burst")
+slow = [r for r in ag + tp if clear(T(r)) and r["busbw"] < 0.5 * (ag_mid if r["comm"] == "fsdp" else tp_clear[len(tp_clear) // 2])]
+n_clear = len([r for r in ag + tp if clear(T(r))])
+check(0.005 < len(slow) / max(n_clear, 1) < 0.08,
+      f"noise: {len(slow)}/{n_clear} clear ops below half their level (heavy tail of 3% of op instances, 2-10x)")
+starts = sorted({round(T(r), 4) for r in recs})
+gaps = [(b - a, a) for a, b in zip(starts, starts[1:])]
+check(any(g > 0.45 and 2.8 < a < 3.6 for g, a in gaps), f"noise: no 0.5 s pause without collectives near t=3 (largest gaps {sorted(gaps)[-2:]})")
+early = sorted(r["busbw"] / ag_mid for r in ag if T(r) < 0.25)
+check(early and 0.66 < early[len(early) // 2] < 0.85, f"noise: warm-up fsdp AllGather at {early[len(early) // 2] if early else float('nan'):.2f} of nominal in the first 0.25 s (30% at t=0)")
+_, _, summ2 = run("noise2", *NOISE)
+check(summ2["noise"] == summ["noise"], "noise: the same seed drew other bursts")
+print(f"noise: {len(bursts)} bursts, fsdp AllGather in bursts {ag_burst[len(ag_burst) // 2]:.2f} of clear, "
+      f"{len(slow)}/{n_clear} heavy-tail ops, warm-up {early[len(early) // 2]:.2f}")
 
 if FAILS:
     print(f"sim_physics: {len(FAILS)} failure(s)")

@@ -83,20 +83,22 @@ TEST_CASE("detector: no event over 30 min of a healthy run with 2% jitter and +-
   }
 }
 
-TEST_CASE("detector: a 13% bus-bandwidth drop is flagged within 3 windows, and its recovery", "[detector]") {
+TEST_CASE(
+    "detector: a 13% drop starts a transient episode within 3 windows, is sustained 10 s after its onset, and recovers",
+    "[detector]") {
   for (double period : {30.0, 120.0, 600.0}) {
     for (std::uint64_t onset : {97ull, 113ull, 151ull}) {
       INFO("wobble period " << period << " s, onset " << onset);
       change_detector det;
       std::mt19937_64 rng(onset);
       wobble w{period};
-      std::uint64_t flagged = 0, recovered = 0;
+      std::uint64_t flagged = 0, sustained = 0, recovered = 0;
       for (std::uint64_t t = 1; t <= 400; ++t) {
         const bool fault = t >= onset && t < onset + 120;
         snapshot s = window(t, 20, 40.0 * w(t) * (fault ? 0.87 : 1.0), rng);
         det.update(s);
         for (const auto& e : s.busbw_events) {
-          if (e.degraded && !flagged) {
+          if (e.degraded && !e.sustained && !flagged) {
             flagged = t;
             CHECK(e.ratio < 0.92);
             CHECK(e.ratio > 0.78);
@@ -104,20 +106,134 @@ TEST_CASE("detector: a 13% bus-bandwidth drop is flagged within 3 windows, and i
             CHECK(e.comm.name == "dp");
             CHECK(e.comm.rank == 3);
             CHECK(pow2_bucketer::label(e.size_bucket) == "16MiB-32MiB");
+            CHECK(describe(e).find("transient so far") != std::string::npos);
+          } else if (e.degraded && e.sustained && !sustained) {
+            sustained = t;
+            CHECK(e.duration_s == Approx(10.0));  // from the end of the first low window (onset)
+            CHECK(describe(e).find(": sustained (10 s)") != std::string::npos);
           }
-          if (!e.degraded && flagged && !recovered) recovered = t;
+          if (!e.degraded && sustained && !recovered) {
+            recovered = t;
+            CHECK(e.sustained);
+            CHECK(e.lowest_ratio < 0.90);
+          }
         }
-        if (flagged && !recovered) {
+        if (flagged && !sustained) {  // transient: visible in the event only, the gauge stays 0
+          REQUIRE(s.busbw.size() == 1);
+          CHECK_FALSE(s.busbw[0].degraded);
+          CHECK(s.busbw[0].degradations == 0);
+        }
+        if (sustained && !recovered) {
           REQUIRE(s.busbw.size() == 1);
           CHECK(s.busbw[0].degraded);
           CHECK(s.busbw[0].degradations == 1);
+          CHECK(s.busbw[0].transients == 0);
         }
       }
       REQUIRE(flagged >= onset);
       CHECK(flagged - onset <= 2);  // the third degraded window at the latest
+      CHECK(sustained == onset + 10);
       REQUIRE(recovered > onset + 120);
       CHECK(recovered - (onset + 120) <= 3);
     }
+  }
+}
+
+namespace {
+
+/// One export window (ending at t_s) of `ops` AllReduces spread evenly over it, op i at bus
+/// bandwidth gbs x level(its time) x (1 + N(0, 2%)), and with probability `tail` 2-10x slower
+/// (log-uniform: OS jitter, a retransmit).
+template <class Level>
+snapshot window_of_ops(std::uint64_t t_s, int ops, double gbs, Level level, std::mt19937_64& rng, double tail) {
+  snapshot s = window(t_s, 0, gbs, rng);
+  cell_snapshot& c = s.cells[0];
+  std::normal_distribution<double> noise(0.0, 0.02);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double bb = bus_bytes(func::all_reduce, bytes, nranks);
+  for (int i = 0; i < ops; ++i) {
+    const double at = static_cast<double>(t_s) - 1.0 + (i + 0.5) / ops;
+    double bw = gbs * level(at) * (1.0 + noise(rng));
+    if (u(rng) < tail) bw /= 2.0 * std::pow(5.0, u(rng));
+    c.window.bw_count += 1;
+    c.window.ops += 1;
+    c.window.bus_bytes += bb;
+    c.window.busy_ns += static_cast<std::uint64_t>(bb / bw);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "detector: congestion bursts up to 8 s with heavy-tailed ops stay transient (counted with their depth) and "
+    "the same drop sustained turns degraded",
+    "[detector]") {
+  // An hour of 1 s windows (20 ops each, 0.5% of ops 2-10x slower, +-5% wobble) with a 13% burst
+  // (durations +15%) of 2-8 s at a random phase every ~60 s; then a sustained 13% drop.
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    INFO("seed " << seed);
+    change_detector det;
+    std::mt19937_64 rng(seed);
+    wobble w{120};
+    std::vector<std::pair<double, double>> bursts;
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (double t = 40; t < 3600; t += 30 + 60 * u(rng)) {
+      const double len = 2 + 6 * u(rng);
+      bursts.emplace_back(t, t + len);
+      t += len;
+    }
+    bursts.back() = {bursts.back().first, bursts.back().first + 8.0};  // one of exactly 8 s
+    const double onset = 3700.4;
+    auto level = [&](double at) {
+      for (const auto& [a, b] : bursts)
+        if (at >= a && at < b) return 0.87;
+      return at >= onset ? 0.87 : 1.0;
+    };
+    std::size_t transient_events = 0, sustained_events = 0;
+    std::uint64_t sustained_at = 0;
+    busbw_health last{};
+    for (std::uint64_t t = 1; t <= 3760; ++t) {
+      snapshot s = window_of_ops(t, 20, 40.0 * w(t), level, rng, 0.005);
+      det.update(s);
+      for (const auto& e : s.busbw_events) {
+        if (e.degraded && !e.sustained) ++transient_events;
+        if (e.degraded && e.sustained) {
+          ++sustained_events;
+          if (!sustained_at) sustained_at = t;
+        }
+      }
+      if (!s.busbw.empty()) last = s.busbw[0];
+      if (t < onset && !s.busbw.empty()) CHECK_FALSE(s.busbw[0].degraded);
+    }
+    INFO(bursts.size() << " bursts, " << transient_events << " transient episodes");
+    CHECK(bursts.size() > 40);
+    CHECK(transient_events > bursts.size() / 2);     // most bursts are seen (the shortest can hide in the medians)
+    CHECK(last.transients + 1 == transient_events);  // the sustained drop started as one too
+    CHECK(last.transient_depth / static_cast<double>(last.transients) == Approx(0.13).margin(0.04));
+    CHECK(sustained_events == 1);
+    CHECK(last.degraded);
+    CHECK(last.degradations == 1);
+    REQUIRE(sustained_at > onset);
+    CHECK(sustained_at - onset <= 12.0);  // persist_s from the end of the first low window
+  }
+}
+
+TEST_CASE("detector: a drop below deep_ratio is sustained at once and persist_s 0 sustains every episode",
+          "[detector]") {
+  for (const auto& [persist, drop] : {std::pair{10.0, 0.5}, std::pair{0.0, 0.87}}) {
+    INFO("persist_s " << persist << ", level " << drop);
+    change_detector det({.persist_s = persist});
+    std::mt19937_64 rng(9);
+    std::uint64_t transient = 0, sustained = 0;
+    for (std::uint64_t t = 1; t <= 200; ++t) {
+      snapshot s = window(t, 20, 40.0 * (t >= 100 ? drop : 1.0), rng);
+      det.update(s);
+      for (const auto& e : s.busbw_events) (e.sustained ? sustained : transient) = t;
+    }
+    CHECK(transient >= 100);
+    CHECK(transient <= 102);
+    CHECK(sustained == transient);  // the same export: the gauge flips with the first event
   }
 }
 
@@ -210,7 +326,7 @@ TEST_CASE("detector: after a fault longer than the value history the baseline is
           "[detector]") {
   change_detector det;
   std::mt19937_64 rng(17);
-  std::size_t degraded_events = 0, recovered_events = 0;
+  std::size_t degraded_events = 0, sustained_events = 0, recovered_events = 0;
   std::uint64_t last_flag = 0;
   for (std::uint64_t t = 1; t <= 620; ++t) {
     // 40 GB/s; 30 GB/s for 300 windows (more than the 128 values a key keeps); 40 again; 34 from 560.
@@ -218,8 +334,8 @@ TEST_CASE("detector: after a fault longer than the value history the baseline is
     snapshot s = window(t, 20, gbs, rng);
     det.update(s);
     for (const auto& e : s.busbw_events) {
-      (e.degraded ? degraded_events : recovered_events) += 1;
-      if (e.degraded) last_flag = t;
+      (e.degraded ? (e.sustained ? sustained_events : degraded_events) : recovered_events) += 1;
+      if (e.degraded && !e.sustained) last_flag = t;
       CHECK(e.baseline_gbs == Approx(40.0).epsilon(0.03));
     }
     if (t == 399 || t == 559) {
@@ -228,7 +344,8 @@ TEST_CASE("detector: after a fault longer than the value history the baseline is
       CHECK(s.busbw[0].degraded == (t == 399));
     }
   }
-  CHECK(degraded_events == 2);
+  CHECK(degraded_events == 2);  // each episode: transient, then sustained 10 s after its onset
+  CHECK(sustained_events == 2);
   CHECK(recovered_events == 1);
   CHECK(last_flag >= 560);
   CHECK(last_flag <= 563);
@@ -273,6 +390,7 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
   std::string last_text;
   inspector_options o;
   o.interval = std::chrono::milliseconds(0);  // one window per flush()
+  o.detector.persist_s = 0;                   // flushes come microseconds apart: every episode sustained at once
   o.collector.identity.node = "n1";
   o.on_busbw_event = [&](const busbw_event& e) {
     std::lock_guard lk(mu);
@@ -307,13 +425,18 @@ TEST_CASE("detector: the embedded inspector exports its gauges and calls on_busb
     }
   }
   std::lock_guard lk(mu);
-  REQUIRE(events.size() == 1);
+  REQUIRE(events.size() == 2);  // the episode starts (transient), and is sustained at once (persist_s 0)
   CHECK(events[0].degraded);
+  CHECK_FALSE(events[0].sustained);
+  CHECK(events[1].degraded);
+  CHECK(events[1].sustained);
   CHECK(events[0].comm.hash == 0xd00d);
   CHECK(events[0].ratio == Approx(0.87).margin(0.04));
+  CHECK(last_text.find("# TYPE ncclinsp_busbw_transients_total counter") != std::string::npos);
+  CHECK(last_text.find("# TYPE ncclinsp_busbw_transient_depth_total counter") != std::string::npos);
   CHECK(last_text.find("# TYPE ncclinsp_busbw_ratio_to_baseline gauge") != std::string::npos);
   CHECK(last_text.find("# TYPE ncclinsp_busbw_degradations_total counter") != std::string::npos);
-  CHECK(last_text.find("ncclinsp_busbw_degraded{slurm_job_id=") != std::string::npos);
+  CHECK(last_text.find("ncclinsp_busbw_degraded{job_id=") != std::string::npos);
   CHECK(last_text.find("message_size=\"16MiB-32MiB\"} 1") != std::string::npos);
   CHECK(describe(events[0]).find("AllReduce 16MiB-32MiB on comm dp (000000000000d00d, rank 1/8) degraded to 8") !=
         std::string::npos);
@@ -331,13 +454,23 @@ TEST_CASE("describe: one log line with the numbers as a person reads them") {
   e.baseline_gbs = 41.234;
   e.recent_gbs = 35.4449;
   e.ratio = 0.8596;
+  e.duration_s = 3.2;
   CHECK(describe(e) ==
         "bus bandwidth of AllGather 1MiB-2MiB on comm tp (0000000000000abc, rank 3/8) degraded to 86% of baseline "
-        "(41.2 -> 35.4 GB/s)");
+        "(41.2 -> 35.4 GB/s): transient so far (3 s)");
+  e.sustained = true;
+  e.duration_s = 10.4;
+  CHECK(describe(e).ends_with("(41.2 -> 35.4 GB/s): sustained (10 s)"));
   e.comm.name.clear();
   e.degraded = false;
   e.ratio = 1.0;
+  e.lowest_ratio = 0.8449;
   e.recent_gbs = 0.000123;
   CHECK(describe(e).find("on comm unknown (") != std::string::npos);
-  CHECK(describe(e).find("recovered to 100% of baseline (41.2 -> 0.000123 GB/s)") != std::string::npos);
+  CHECK(
+      describe(e).ends_with("recovered to 100% of baseline (41.2 -> 0.000123 GB/s) after a sustained degradation of "
+                            "10 s, lowest 84%"));
+  e.sustained = false;
+  e.duration_s = 6;
+  CHECK(describe(e).ends_with("after a transient degradation of 6 s, lowest 84%"));
 }

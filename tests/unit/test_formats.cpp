@@ -58,7 +58,7 @@ TEST_CASE("Inspector's four families keep its names and label order", "[format][
   CHECK(
       text.find(
           "nccl_bus_bandwidth_gbs{version=\"v7.1\",slurm_job_id=\"4242\",node=\"node0\",gpu=\"GPU3\",comm_name=\"tp\",n_nodes=\"1\","
-          "nranks=\"4\",collective=\"AllReduce\",message_size=\"4-5MB\",algo_proto=\"RING_SIMPLE\",uuid=") !=
+          "nranks=\"4\",collective=\"AllReduce\",message_size=\"4-5MB\",algo_proto=\"RING_SIMPLE\",job_id=\"4242\",uuid=") !=
       std::string::npos);
   CHECK(
       text.find(

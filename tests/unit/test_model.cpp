@@ -23,9 +23,8 @@ TEST_CASE("function and datatype names round-trip, unknown strings map to unknow
 }
 
 TEST_CASE("every NCCL name parses from a copy, and no name one character off parses to it", "[model]") {
-  // parse_name compares by length, last character, then word-sized loads (model.hpp): check each
-  // name from its own buffer (not the table's pointer) and every one-character change, truncation
-  // and extension of it, for names of every length in the tables (2 to 14 characters).
+  // Each name from its own buffer (not the table's pointer), and every one-character change,
+  // truncation and extension of it, for names of every length in the tables (2 to 14 characters).
   const auto check = [](const auto& names, std::size_t end, auto parse) {
     for (std::size_t i = 1; i < end; ++i) {
       const std::string name(names[i]);

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include <unistd.h>
+
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 
@@ -68,10 +70,13 @@ TEST_CASE("native variables: sinks, labels, Kubernetes identity, interval", "[op
   CHECK(o.has_sink("prom"));
   CHECK(o.has_sink("json"));
   CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{
-                        {"cluster", "a"}, {"team", "b"}, {"namespace", "ml"}, {"pod", "trainer-0"}});
+                        {"cluster", "a"}, {"team", "b"}, {"k8s_namespace", "ml"}, {"k8s_pod", "trainer-0"}});
   CHECK(o.export_interval() == std::chrono::milliseconds(5000));
   CHECK(o.node_name == "node7");
-  CHECK(e.warnings.empty());
+  // Nothing names the job: a key of this process alone, never "unknown" shared with other jobs.
+  CHECK(o.job_id == "host:node7:" + std::to_string(::getpid()));
+  CHECK(o.slurm_job_id == o.job_id);
+  CHECK(e.warnings.empty());  // not enabled: no advice to give
 }
 
 TEST_CASE("garbage in any variable: one warning each, the default used", "[options][hostile]") {
@@ -150,8 +155,111 @@ TEST_CASE("precedence between variable pairs, each pair with different values", 
   CHECK(o.slurm_job_id == "22");
   e.vars = {{"SLURM_JOB_ID", "22"}};
   CHECK(e.parse().dump_dir == "nccl-inspector-unknown-jobid");
-  e.vars = {{"SLURM_JOBID", "11"}};
-  CHECK(e.parse().slurm_job_id == "unknown");
+  e.vars = {{"SLURM_JOBID", "11"}, {"NCCLINSP_NODE_NAME", "n1"}};
+  CHECK(e.parse().slurm_job_id == "host:n1:" + std::to_string(::getpid()));
+  CHECK(e.warnings.empty());
+}
+
+TEST_CASE("job key: NCCLINSP_JOB_ID, then the schedulers, then the variable NCCLINSP_JOB_ID_FROM names",
+          "[options][identity]") {
+  env e;
+  const std::vector<std::pair<const char*, const char*>> sources = {{"NCCLINSP_JOB_ID", "explicit"},
+                                                                    {"SLURM_JOB_ID", "101"},
+                                                                    {"PBS_JOBID", "202.pbs-server"},
+                                                                    {"LSB_JOBID", "303"},
+                                                                    {"FLUX_JOB_ID",
+                                                                     "\xc6\x92"
+                                                                     "2Xh5Wo"},
+                                                                    {"JOB_NAME", "from-pod"}};
+  // Each source wins over the ones after it; removing it from the front hands over to the next.
+  for (std::size_t first = 0; first < sources.size(); ++first) {
+    e.vars = {{"NCCLINSP_JOB_ID_FROM", "JOB_NAME"}};
+    for (std::size_t i = first; i < sources.size(); ++i) e.vars[sources[i].first] = sources[i].second;
+    const auto o = e.parse();
+    INFO("first source " << sources[first].first);
+    CHECK(o.job_id == sources[first].second);
+    CHECK(o.slurm_job_id == (first <= 1 ? std::string("101") : o.job_id));  // SLURM_JOB_ID whenever set
+  }
+  CHECK(e.warnings.empty());
+  // SLURM_JOB_ID stays the slurm_job_id label under an explicit key.
+  e.vars = {{"NCCLINSP_JOB_ID", "train-7"}, {"SLURM_JOB_ID", "55"}};
+  CHECK(e.parse().slurm_job_id == "55");
+  CHECK(e.parse().job_id == "train-7");
+}
+
+TEST_CASE("Kubernetes: no Slurm variables, NODE_NAME and pod variables yield a job key and the node name",
+          "[options][identity][kubernetes]") {
+  env e;
+  // What deploy/kubernetes passes through the downward API: spec.nodeName, metadata.namespace,
+  // metadata.name and the JobSet name label.
+  e.vars = {{"NCCL_INSPECTOR_ENABLE", "1"},         {"NCCL_INSPECTOR_PROM_DUMP", "1"},
+            {"NODE_NAME", "gpu-node-17"},           {"POD_NAMESPACE", "team-a"},
+            {"POD_NAME", "llama-trainer-0-3-x7k"},  {"JOBSET_NAME", "llama"},
+            {"NCCLINSP_JOB_ID_FROM", "JOBSET_NAME"}};
+  auto o = e.parse();
+  CHECK(o.job_id == "team-a/llama");
+  CHECK(o.slurm_job_id == "team-a/llama");  // NVIDIA's dashboard filters on slurm_job_id: the job key
+  CHECK(o.node_name == "gpu-node-17");      // not the pod's host name
+  CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{{"k8s_namespace", "team-a"},
+                                                                     {"k8s_pod", "llama-trainer-0-3-x7k"}});
+  CHECK(e.warnings.empty());
+  // The same job name in another namespace is another job.
+  e.vars["POD_NAMESPACE"] = "team-b";
+  CHECK(e.parse().job_id == "team-b/llama");
+  // An explicit key is namespaced the same way unless it names its namespace itself.
+  e.vars["NCCLINSP_JOB_ID"] = "run-1";
+  CHECK(e.parse().job_id == "team-b/run-1");
+  e.vars["NCCLINSP_JOB_ID"] = "shared/run-1";
+  CHECK(e.parse().job_id == "shared/run-1");
+  e.vars.erase("NCCLINSP_JOB_ID");
+  // NCCLINSP_NODE_NAME overrides NODE_NAME; the NCCLINSP_K8S_* variables override the downward API's.
+  e.vars["NCCLINSP_NODE_NAME"] = "n-explicit";
+  e.vars["NCCLINSP_K8S_NAMESPACE"] = "team-c";
+  e.vars["NCCLINSP_K8S_POD"] = "p0";
+  o = e.parse();
+  CHECK(o.node_name == "n-explicit");
+  CHECK(o.job_id == "team-c/llama");
+  CHECK(o.labels == std::vector<std::pair<std::string, std::string>>{{"k8s_namespace", "team-c"}, {"k8s_pod", "p0"}});
+  // On Kubernetes without a job source the plugin says so, once, and the key is this process's.
+  e.vars.erase("NCCLINSP_JOB_ID_FROM");
+  e.warnings.clear();
+  o = e.parse();
+  CHECK(o.job_id == "host:n-explicit:" + std::to_string(::getpid()));
+  REQUIRE(e.warnings.size() == 1);
+  CHECK(e.warnings[0].find("NCCLINSP_JOB_ID_FROM") != std::string::npos);
+}
+
+TEST_CASE("malformed identity values: one clear warning each, the next source used", "[options][identity][hostile]") {
+  env e;
+  e.vars = {{"NCCLINSP_JOB_ID", "bad\nkey"},
+            {"SLURM_JOB_ID", std::string(300, '9')},
+            {"PBS_JOBID", "7.pbs"},
+            {"NCCLINSP_NODE_NAME", "n\x01"},
+            {"NODE_NAME", "k8s-node"}};
+  auto o = e.parse();
+  CHECK(o.job_id == "7.pbs");
+  CHECK(o.slurm_job_id == "7.pbs");
+  CHECK(o.node_name == "k8s-node");
+  REQUIRE(e.warnings.size() == 3);
+  CHECK(e.warnings[0].find("NCCLINSP_NODE_NAME") != std::string::npos);  // the node is read first
+  CHECK(e.warnings[1].find("SLURM_JOB_ID") != std::string::npos);        // once, though it is also a label
+  CHECK(e.warnings[2].find("NCCLINSP_JOB_ID") != std::string::npos);
+  for (const auto& w : e.warnings) CHECK(w.find('\n') == std::string::npos);  // the value itself is not echoed
+  // NCCLINSP_JOB_ID_FROM: not a variable name, or a variable that is not set.
+  e = {};
+  e.vars = {{"NCCLINSP_JOB_ID_FROM", "metadata.labels['x']"}, {"NCCLINSP_NODE_NAME", "n"}};
+  CHECK(e.parse().job_id == "host:n:" + std::to_string(::getpid()));
+  REQUIRE(e.warnings.size() == 1);
+  CHECK(e.warnings[0].find("NCCLINSP_JOB_ID_FROM") != std::string::npos);
+  e.warnings.clear();
+  e.vars["NCCLINSP_JOB_ID_FROM"] = "JOB_NAME";
+  CHECK(e.parse().job_id == "host:n:" + std::to_string(::getpid()));
+  REQUIRE(e.warnings.size() == 1);
+  CHECK(e.warnings[0].find("JOB_NAME, which is not set") != std::string::npos);
+  // Hostile but printable values are kept: the label escaping and the file-name sanitizing handle them.
+  e = {};
+  e.vars = {{"NCCLINSP_JOB_ID", "a\"b\\c/../{x}"}};
+  CHECK(e.parse().job_id == "a\"b\\c/../{x}");
   CHECK(e.warnings.empty());
 }
 
@@ -183,6 +291,7 @@ TEST_CASE("collector_options_from: one mapping for the plugin and the embedded m
   CHECK(plugin.identity.node == "nn");
   CHECK(plugin.identity.hostname == "h");
   CHECK(plugin.identity.slurm_job_id == "3");
+  CHECK(plugin.identity.job_id == "3");
   CHECK(plugin.identity.abi == "v7");
   CHECK(plugin.identity.pid == 5);
   CHECK(plugin.identity.labels == std::vector<std::pair<std::string, std::string>>{{"cluster", "c1"}});

@@ -50,6 +50,14 @@ struct victim {
   bool untouched() const { return fixture::slurp(path) == content; }
   void plant(const std::string& at) const { REQUIRE(::symlink(path.c_str(), at.c_str()) == 0); }
 };
+/// A .prom file's metrics: its text after the owner line (checked to be there and ours).
+std::string metrics_of(const std::string& text) {
+  detail::owner_stamp o;
+  REQUIRE(detail::parse_owner_line(text, o));
+  CHECK(o.pid == ::getpid());
+  CHECK(o.uid == static_cast<long>(::geteuid()));
+  return text.substr(text.find('\n') + 1);
+}
 bool is_symlink(const std::string& p) {
   struct stat st {};
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
@@ -68,10 +76,10 @@ TEST_CASE("prom_textfile_sink writes one file per GPU, creating the directory", 
   CHECK(sink.write(snap) == export_result::success);
   const auto files = list_dir(dir);
   REQUIRE(files.size() == 2);
-  CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.prom");
+  CHECK(files[0] == "nccl_inspector_metrics_GPU-11111111-2222-3333-4444-555555555555.job-4242.prom");
   std::string want;
   format::write_prometheus(want, snap, "GPU-11111111-2222-3333-4444-555555555555");
-  CHECK(fixture::slurp(dir + "/" + files[0]) == want);
+  CHECK(metrics_of(fixture::slurp(dir + "/" + files[0])) == want);
   CHECK(logs.empty());
 }
 
@@ -309,7 +317,7 @@ TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never
   const auto snap = fixture::make_snapshot();
   const auto uuids = format::gpu_uuids(snap);
   REQUIRE(uuids.size() == 2);
-  const std::string name = prom_file_name(uuids[0]);
+  const std::string name = prom_file_name(uuids[0], "4242");
   v.plant(dir + "/" + name);
   // The name this sink used before it had unpredictable suffixes, and the pid-only prefix of today's.
   v.plant(dir + "/." + name + ".tmp." + std::to_string(::getpid()));
@@ -319,7 +327,7 @@ TEST_CASE("Symlinks planted at the .prom names and at a temporary name are never
   CHECK(is_regular(dir + "/" + name));
   std::string want;
   format::write_prometheus(want, snap, uuids[0]);
-  CHECK(fixture::slurp(dir + "/" + name) == want);
+  CHECK(metrics_of(fixture::slurp(dir + "/" + name)) == want);
   CHECK(sink.failed_exports() == 0);
   // No temporary file left behind, and temporary names are not predictable from the pid.
   std::size_t temps = 0;
@@ -438,4 +446,31 @@ TEST_CASE("json_sink on a full disk (small tmpfs): only whole lines in the file,
   ::umount2(dir.c_str(), MNT_DETACH);
   CHECK(sink.dropped() == 0);
   CHECK(count_lines(text) == (writes + 1) * per_write_lines);  // no line lost, none doubled
+}
+
+TEST_CASE("prom_textfile_sink warns once per directory about a shared one anyone, or its group, may overwrite",
+          "[sink][prom][shared]") {
+  const auto snap = fixture::make_snapshot();
+  auto warnings_in = [&](mode_t mode) {
+    const auto dir = scratch_dir("shared");
+    REQUIRE(detail::make_dirs(dir) == 0);
+    REQUIRE(::chmod(dir.c_str(), mode) == 0);
+    std::vector<std::string> logs;
+    for (int sink_instance = 0; sink_instance < 2; ++sink_instance) {  // a re-initialized plugin: a new sink
+      prom_textfile_sink sink({.dir = dir, .log = [&](log_level l, std::string_view m) {
+                                 if (l == log_level::warn) logs.emplace_back(m);
+                               }});
+      CHECK(sink.write(snap) == export_result::success);  // a warning, never a failed publish
+      CHECK(sink.write(snap) == export_result::success);
+    }
+    return logs;
+  };
+  auto world = warnings_in(01777);
+  REQUIRE(world.size() == 1);
+  CHECK(world[0].find("writable by every user (mode 1777)") != std::string::npos);
+  auto group = warnings_in(0775);
+  REQUIRE(group.size() == 1);
+  CHECK(group[0].find("without the sticky bit") != std::string::npos);
+  CHECK(warnings_in(03775).empty());  // the documented setup (deploy/slurm/setup-textfile-dir.sh)
+  CHECK(warnings_in(0755).empty());
 }

@@ -103,9 +103,6 @@ class basic_event_timer {
   using event_t = typename Api::event_t;
   using stream_t = typename Api::stream_t;
   using inflight = typename Inspector::inflight;
-  /// The name of earlier versions of no_index here.
-  [[deprecated("use ncclinsp::no_index")]] static constexpr std::uint32_t no_slot = no_index;
-
   /// Handed from start() to stop()/abort() on the caller's thread. Plain data.
   struct token {
     std::uint32_t slot = no_index;

@@ -79,9 +79,8 @@ inline std::string describe_error(int err) {
   return std::strerror(err);
 }
 
-/// `<dir>/.<name>.tmp.<pid>.<16 hex digits>`: the digits come from getrandom(), so another user
-/// of a shared directory cannot plant a link at the next name (O_EXCL refuses it anyway).
-inline std::string temp_path(const std::string& dir, const std::string& name) {
+/// 16 hex digits from getrandom() (a clock mix before the kernel has entropy, early at boot).
+inline std::string random_hex() {
   std::uint64_t r = 0;
   if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r)) {
     timespec ts{};
@@ -92,7 +91,13 @@ inline std::string temp_path(const std::string& dir, const std::string& name) {
   char hex[17];
   for (int i = 15; i >= 0; --i, r >>= 4) hex[i] = "0123456789abcdef"[r & 15];
   hex[16] = 0;
-  return dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." + hex;
+  return hex;
+}
+
+/// `<dir>/.<name>.tmp.<pid>.<16 hex digits>`: the digits are random, so another user of a shared
+/// directory cannot plant a link at the next name (O_EXCL refuses it anyway).
+inline std::string temp_path(const std::string& dir, const std::string& name) {
+  return dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." + random_hex();
 }
 
 /// Replaces `<dir>/<name>` with `data` atomically, mode 0644 whatever the umask; returns 0 or an

@@ -33,8 +33,6 @@ namespace ncclinsp {
 
 /// Handle of a registered communicator; cheap to copy. no_index: none (the table was full).
 using comm_handle = std::uint32_t;
-/// The name of earlier versions of no_index for communicator handles.
-[[deprecated("use ncclinsp::no_index")]] inline constexpr comm_handle invalid_comm = no_index;
 
 }  // namespace ncclinsp
 

@@ -81,6 +81,7 @@ class env_reader {
     const char* v = get_(k);
     return (v && *v) ? v : nullptr;
   }
+  const log_fn& log() const { return log_; }
   void warn(const char* k, const char* v, std::string_view want) const {
     emitf(log_, log_level::warn, "ignoring {}=\"{}\": expected {}; using the default", k,
           std::string_view(v).substr(0, 64), want);
@@ -111,6 +112,31 @@ class env_reader {
   }
   void string(const char* k, std::string& out) const {
     if (const char* v = raw(k)) out = v;
+  }
+  /// An identity value (a job key, a node or pod name): printable text of at most 256 bytes (no
+  /// control characters; any other byte, UTF-8 included, is kept and escaped where it is written).
+  /// True when it was set and valid; a malformed one is reported and `out` is kept.
+  bool text(const char* k, std::string& out) const {
+    const char* v = raw(k);
+    if (!v) return false;
+    const std::string_view s(v);
+    bool ok = s.size() <= 256;
+    for (char ch : s) {
+      const auto c = static_cast<unsigned char>(ch);
+      ok = ok && c >= 0x20 && c != 0x7f;
+    }
+    if (!ok) {
+      std::string shown(s.substr(0, 64));
+      for (auto& c : shown)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // the warning stays one line
+      emitf(
+          log_, log_level::warn,
+          "ignoring {}=\"{}\": expected printable text of at most 256 bytes (it has {} bytes{}); using the next source",
+          k, shown, s.size(), s.size() <= 256 ? ", control characters among them" : "");
+      return false;
+    }
+    out = v;
+    return true;
   }
 
  private:

@@ -16,6 +16,16 @@
 /// what it has drained, so a writer that is late (descheduled, a slow disk) costs memory, not
 /// records; chunks outside the window are freed. push() rings the doorbell once more when the
 /// window has one chunk left.
+///
+/// Design:
+/// - The doorbell rings at every multiple of the mark, not only at the mark: the exporter may drain
+///   part of a backlog while the producer keeps pushing, so the fill can step down from above the
+///   mark to a level still above it. A ring only at the mark would leave that backlog, and what
+///   follows, to the next export: the window fills and records are dropped (test_exporter "records
+///   past a ring's high-water mark" shows it under the sanitizers).
+/// - The window widens chunk by chunk as each is ready: a large first allocation (~16 MiB for a
+///   measured rate of 200,000 records/s) takes tens of milliseconds of page faults, and a producer
+///   waiting at the old limit for all of it drops records (~14,000 in that case).
 
 #include <algorithm>
 #include <atomic>
@@ -114,13 +124,9 @@ struct record_ring {
     if (with_trace) copy_trace(k.traces[at], *trace);
     k.rec[at] = record_slot{comm, op, with_trace};
     head.store(h + 1, std::memory_order_release);
-    // One ring per `ring_high` records at most: at the mark and at each multiple of it above. Not
-    // only at the mark: the exporter may drain part of a backlog while this thread keeps pushing,
-    // so the fill can step down from above the mark to a level still above it, and a ring only at
-    // the mark would leave that backlog, and what follows, to the next export: the window filled
-    // and records were dropped (seen in test_exporter "records past a ring's high-water mark"
-    // under the sanitizers). The window left only shrinks one at a time (the exporter only widens
-    // it), so it meets ring_low exactly.
+    // One ring per `ring_high` records at most: at the mark and at each multiple of it above
+    // (Design, above). The window left only shrinks one at a time (the exporter only widens it),
+    // so it meets ring_low exactly.
     const std::uint64_t fill = used + 1;
     if ((fill & (ring_high - 1)) == 0 || (ring_low && lim - h - 1 == ring_low)) NCCLINSP_UNLIKELY
       bell.ring();
@@ -191,9 +197,7 @@ struct record_ring {
       }
     }
     // The chunks of [old_limit, want) (those of [tail, old_limit) exist already): spares first.
-    // The window widens chunk by chunk as each is ready: a large first allocation (the rate just
-    // measured, ~16 MiB at 200,000 records/s) takes tens of milliseconds of page faults, and the
-    // recording thread must not wait at the old limit for all of it (it dropped ~14,000 records).
+    // The window widens chunk by chunk as each is ready (Design, above).
     for (std::uint64_t p = old_limit - old_limit % chunk; p < want; p += chunk) {
       std::atomic<ring_chunk*>& slot = ring[(p / chunk) % slots];
       if (!slot.load(std::memory_order_relaxed)) {

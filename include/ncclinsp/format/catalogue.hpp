@@ -165,7 +165,7 @@ inline constexpr auto catalogue = std::to_array<metric_family>({
      [](const series_row& r) { return r.value; }},
     {"ncclinsp_proxy_wait_seconds_total", metric_type::counter, "s",
      "Sampled network steps (NCCLINSP_PROXY): seconds spent per ProxyStep state, per peer rank and direction (send: gpu, peer_credit, "
-     "network; recv: network, flush, gpu).",
+     "network = on the wire, queue = behind earlier steps in flight; recv: network, flush, gpu).",
      series_source::proxy_state, false, false, true, [](const series_row& r) { return r.value; }},
     {"ncclinsp_proxy_bytes_total", metric_type::counter, "By",
      "Sampled network steps (NCCLINSP_PROXY): bytes, per peer rank and direction.", series_source::proxy, false, true,
@@ -180,8 +180,14 @@ inline constexpr auto catalogue = std::to_array<metric_family>({
      "In-process detector: 1 while this communicator/collective/size is degraded, else 0.", series_source::busbw, false,
      true, true, [](const series_row& r) { return r.busbw.degraded ? 1.0 : 0.0; }},
     {"ncclinsp_busbw_degradations_total", metric_type::counter, "{event}",
-     "In-process detector: times this communicator/collective/size turned degraded.", series_source::busbw, false, true,
-     true, [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
+     "In-process detector: sustained degradations of this communicator/collective/size (lasted NCCLINSP_DETECT_PERSIST_S or deep).",
+     series_source::busbw, false, true, true, [](const series_row& r) { return static_cast<double>(r.busbw.degradations); }},
+    {"ncclinsp_busbw_transients_total", metric_type::counter, "{event}",
+     "In-process detector: short degradations (congestion bursts) that recovered before they were sustained.",
+     series_source::busbw, false, true, true, [](const series_row& r) { return static_cast<double>(r.busbw.transients); }},
+    {"ncclinsp_busbw_transient_depth_total", metric_type::counter, "1",
+     "In-process detector: sum over the short degradations of their depth (1 - lowest ratio to baseline); / transients_total = mean depth.",
+     series_source::busbw, false, false, true, [](const series_row& r) { return r.busbw.transient_depth; }},
     {"ncclinsp_dropped_events_total", metric_type::counter, "{event}", "Events lost, by reason (never silent).",
      series_source::gpu_dropped, false, true, false, [](const series_row& r) { return r.value; }},
     {"ncclinsp_filtered_ops_total", metric_type::counter, "{op}",
@@ -257,6 +263,7 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
       else
         l.insert(l.end(), {{"collective", fn}, {"message_size", inspector_bucketer::label(cell.size_index)}});
       if (!p2p && card.algo_proto) l.emplace_back("algo_proto", ap);
+      l.emplace_back("job_id", job_key(ident));
       if (card.uuid) l.emplace_back("uuid", d.uuid);
       add_user_labels(l, snap);
       window_acc& w = (p2p ? compat_p2p : compat_coll)[l];
@@ -322,10 +329,10 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
     label_list l = comm_labels(snap, d);
     l.insert(l.end(), {{"peer", std::to_string(p.peer)}, {"direction", p.send ? "send" : "recv"}});
     add_user_labels(l, snap);
-    for (std::size_t st = 0; st < p.wait_ns.size(); ++st) {
+    for (std::size_t st = 0; st < (p.send ? proxy_send_states : proxy_recv_states); ++st) {
       series_row& r = rows(series_source::proxy_state).emplace_back();
       r.labels = l;
-      r.labels.emplace_back("state", proxy_wait_names[(p.send ? 0 : 3) + st]);
+      r.labels.emplace_back("state", proxy_wait_names[(p.send ? 0 : proxy_send_states) + st]);
       r.value = static_cast<double>(p.wait_ns[st]) * 1e-9;
       r.proxy = &p;
     }
@@ -349,6 +356,8 @@ series_table collect_series(const snapshot& snap, std::optional<std::string_view
       same->busbw.ratio = std::min(same->busbw.ratio, b.ratio);
       same->busbw.degraded = same->busbw.degraded || b.degraded;
       same->busbw.degradations += b.degradations;
+      same->busbw.transients += b.transients;
+      same->busbw.transient_depth += b.transient_depth;
     }
   }
 

@@ -187,8 +187,8 @@ inline void write_proxy_stats(std::string& out, const snapshot& snap, std::uint3
       w.key("proxy_stats").begin_object().key("peers").begin_array();
     }
     w.begin_object().key("peer").value(p.peer).key("direction").value(p.send ? "send" : "recv");
-    const std::size_t first = p.send ? 0 : 3;
-    for (std::size_t k = 0; k < 3; ++k) {
+    const std::size_t first = p.send ? 0 : proxy_send_states;
+    for (std::size_t k = 0; k < (p.send ? proxy_send_states : proxy_recv_states); ++k) {
       char name[48];
       const std::string_view wait = proxy_wait_names[first + k];
       const std::size_t n = wait.copy(name, sizeof name - 3);

@@ -123,8 +123,8 @@ void write_prometheus(std::string& out, const snapshot& snap, std::string_view u
     for (const auto* c : comms) {
       std::size_t rows = 5;
       for (std::size_t f = 1; f < func_count; ++f) rows += c->last_seq_plus1[f] ? 1u : 0u;
-      for (const auto& b : snap.busbw) rows += &snap.comms[b.comm] == c ? 3u : 0u;
-      for (const auto& p : snap.proxy) rows += &snap.comms[p.comm] == c ? 5u : 0u;
+      for (const auto& b : snap.busbw) rows += &snap.comms[b.comm] == c ? 5u : 0u;
+      for (const auto& p : snap.proxy) rows += &snap.comms[p.comm] == c ? (p.send ? 6u : 5u) : 0u;
       if (rows > left) break;
       left -= rows;
       ++budget.comms;

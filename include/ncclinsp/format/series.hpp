@@ -101,9 +101,14 @@ inline std::string compat_version(const snapshot& snap) {
 inline void add_user_labels(label_list& l, const snapshot& snap) {
   l.insert(l.end(), snap.identity.labels.begin(), snap.identity.labels.end());
 }
-/// slurm_job_id, node, gpu, uuid: the labels of GPU/process families.
+/// The job key: identity.job_id, or slurm_job_id when an embedded caller left it empty.
+inline const std::string& job_key(const process_identity& id) {
+  return id.job_id.empty() ? id.slurm_job_id : id.job_id;
+}
+/// job_id, slurm_job_id, node, gpu, uuid: the labels of GPU/process families (uuid last).
 inline label_list identity_labels(const snapshot& snap, const comm_desc& d) {
-  return {{"slurm_job_id", snap.identity.slurm_job_id},
+  return {{"job_id", job_key(snap.identity)},
+          {"slurm_job_id", snap.identity.slurm_job_id},
           {"node", snap.identity.node},
           {"gpu", gpu_label(d)},
           {"uuid", d.uuid}};

@@ -14,7 +14,7 @@
 ///    max-of-channels); channels are keyed by their real id, which need not start at 0.
 ///  - Every KernelCh event of one op comes from one thread (the proxy thread up to NCCL 2.30, the
 ///    communicator's profiler thread from 2.31), so an op's channel fields have one writer: plain
-///    load+store, no locked instruction per channel. The op's reset in begin_op happens before NCCL
+///    load+store, no locked instruction per channel. The op's reset at its start happens before NCCL
 ///    hands the op to that thread; the op's own stop on the user thread reads none of them.
 ///  - Never a wrong number as GPU-timed, never a false hang, never a lost count: an op whose KernelCh
 ///    timestamps cannot be its own (a channel ending before the op began; a CUDA-graph replay
@@ -26,15 +26,10 @@
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads; lookups follow comm_registry.hpp's
 ///    protocol (reader sections, channel holds).
 ///
-/// Each callback has one inline fast path (the exported function's body) and one out-of-line slow
-/// path: startEvent -> start_channel<false> (KernelCh with a GPU timer) | start_slow; stopEvent ->
-/// nothing (KernelCh, or an op its channels complete) | stop_slow; recordEventState ->
-/// end_channel<false> (KernelCh stop with a GPU timer) | record_slow.
+/// Each callback has one fast path and one out-of-line slow path: startEvent -> start_channel<false>
+/// (a timed KernelCh) | start_slow; stopEvent -> nothing (KernelCh, an op its channels complete) |
+/// stop_slow; recordEventState -> end_channel<false> (a timed KernelCh stop) | record_slow.
 /// Thread-safety: any NCCL thread; no lock, no allocation, a few relaxed atomics on the op's own slot.
-///
-/// Design. A slot is constructed in place, then written field by field: a whole op_record copied
-/// from the stack stalled on store forwarding (narrow stores read back as 16-byte loads), about 20%
-/// of begin_op in perf. Fast paths reach their rare work by a call to one out-of-line function.
 
 #include <sys/types.h>
 
@@ -51,31 +46,17 @@
 #include "ncclinsp/plugin/comm_registry.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/handle.hpp"
+#include "ncclinsp/plugin/op_lifecycle.hpp"
 #include "ncclinsp/plugin/proxy_events.hpp"
 
 namespace ncclinsp::plugin {
 
 using abi::result_t;
 
-/// What the adapter needs of the configuration (plugin_state fills it from env_options).
-struct adapter_config {
-  std::uint64_t min_size_bytes = 0;    ///< smaller ops are filtered (NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)
-  bool p2p = true;                     ///< follow Send/Recv
-  std::uint32_t proxy_sample = 1;      ///< 1 op in N gets proxy accounting (where the comm has a proxy table)
-  bool require_kernel_timing = false;  ///< ops without GPU timing are filtered (CE ops exempt)
-  bool traces = false;                 ///< per-callback traces (verbose JSON, trace sink)
-  pid_t pid = 0;                       ///< this process (ProxyOps of another pid are PXN ops)
-  /// NCCL up to 2.31.0a0 (ABI <= 6) can stop a KernelCh on a stale kernelEventHandle: each channel
-  /// of an op is then ended once only (a per-op bitmask; 2.31.2 guards it, so v7 skips the check).
-  bool stale_channel_stops = true;
-};
-
 class event_adapter {
  public:
   event_adapter(comm_registry& reg, collector<>& col, const adapter_config& cfg) noexcept
-      : reg_(reg), col_(col), cfg_(cfg), proxy_(reg, col, cfg.pid) {}
-
-  const adapter_config& config() const noexcept { return cfg_; }
+      : reg_(reg), ops_(col, cfg), proxy_(reg, col, cfg.pid) {}
 
   /// NCCL's process-wide activation mask (the `eActivationMask` every init gets; cold, at init). A
   /// RAS override may clear KernelCh in it after init: ops that then cannot get KernelCh events are
@@ -95,7 +76,7 @@ class event_adapter {
       // NCCL 2.27 starts Coll/P2p only under a non-NULL Group handle: give a constant, inert one.
       if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::group, 0, 0, 0));
     }
-    if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg_.traces) NCCLINSP_LIKELY
+    if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg().traces) NCCLINSP_LIKELY
       return start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
     if constexpr (requires { d->collApi; }) {
       // A CUDA-graph capture's CollApi/P2pApi: an inert handle, which the capture's replays carry as
@@ -119,7 +100,7 @@ class event_adapter {
     const handle_kind kind = kind_of(handle);
     // Nothing to do: a KernelCh stop (its record(22) ended the channel), or the stop of an op its
     // channels complete (aux_ends_at_channels, set only without traces).
-    if (kind == handle_kind::none || (kind == handle_kind::channel && !cfg_.traces) ||
+    if (kind == handle_kind::none || (kind == handle_kind::channel && !cfg().traces) ||
         (kind == handle_kind::op && (aux_of(handle) & aux_ends_at_channels)))
       return abi::success;
     return stop_slow(decode(handle));
@@ -128,7 +109,7 @@ class event_adapter {
   // ---- recordEventState ------------------------------------------------------------------------
   NCCLINSP_INLINE result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
     const std::uint64_t t = state == abi::st_kernel_ch_stop && args ? args->kernelCh.pTimer : 0;
-    if (t && !cfg_.traces) NCCLINSP_LIKELY
+    if (t && !cfg().traces) NCCLINSP_LIKELY
       return end_channel<false>(decode(handle), t);
     return record_slow(handle, state, args);
   }
@@ -169,7 +150,7 @@ class event_adapter {
       const comm_registry::channel_hold h(reg_, k);
       if (!h) return abi::success;
       op_slot& s = h.op();
-      if (cfg_.stale_channel_stops && s.expected_ch <= 64) {  // a channel ends once (see end_channel)
+      if (cfg().stale_channel_stops && s.expected_ch <= 64) {  // a channel ends once (see end_channel)
         const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63),
                             seen = s.ch_stop_seen.load(std::memory_order_relaxed);
         if (seen & bit) return abi::success;
@@ -189,19 +170,18 @@ class event_adapter {
     if (!op) return abi::success;  // stale or already released
     op_slot& s = *op;
     // Here: an op without channels (CE, nChannels 0), which this stop completes, or, with traces,
-    // an op with channels whose stop time is traced; either way this stop holds a reference
-    // (begin_op). Without traces an op with channels never comes here (its handle says so), so the
-    // stop touches no slot the channel side may free and another thread take again meanwhile (a
-    // graph replay's CUDA host-callback thread and the user thread both take slots of one
-    // communicator). A forged handle with the flag cleared gets here and holds no reference.
-    if (!cfg_.traces && !s.is_ce && s.expected_ch != 0) return abi::success;
+    // an op with channels whose stop time is traced; either way this stop holds a reference. An op
+    // with channels without traces never comes here (its handle says so), so this stop touches no
+    // slot the channel side may free and another thread take again (a graph replay's CUDA
+    // host-callback thread and the user thread both take slots); a forged handle holds no reference.
+    if (!cfg().traces && !s.is_ce && s.expected_ch != 0) return abi::success;
     // Stopped twice: one reference only. NCCL stops an op from one thread, so no locked RMW here.
     if (s.enq_stopped.load(std::memory_order_relaxed)) return abi::success;
     s.enq_stopped.store(true, std::memory_order_relaxed);
     if (cs->traces) NCCLINSP_UNLIKELY
       cs->traces[k.slot].op_stopped();
-    if (s.is_ce || s.expected_ch == 0) complete(*cs, s, /*enqueue_only=*/true);
-    drop_ref(*cs, k.slot, s);
+    if (s.is_ce || s.expected_ch == 0) ops_.complete(*cs, s, /*enqueue_only=*/true);
+    op_lifecycle::release(*cs, k.slot, s);
     return abi::success;
   }
 
@@ -254,7 +234,7 @@ class event_adapter {
     if (!h) return abi::success;
     op_slot& s = h.op();
     // A channel ends once: a second stop names a stale kernelEventHandle (NCCL up to 2.31.0a0).
-    if (cfg_.stale_channel_stops && s.expected_ch <= 64) {
+    if (cfg().stale_channel_stops && s.expected_ch <= 64) {
       const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63), seen = s.ch_seen.load(std::memory_order_relaxed);
       if (seen & bit) NCCLINSP_UNLIKELY
         return abi::success;
@@ -270,7 +250,7 @@ class event_adapter {
       s.gpu_missing.store(true, std::memory_order_relaxed);
     }
     if constexpr (Rare) {
-      if (cfg_.traces) {
+      if (cfg().traces) {
         if (h.comm().traces) h.comm().traces[k.slot].channel_recorded(k.channel, gpu_stop);
         return abi::success;
       }
@@ -291,77 +271,14 @@ class event_adapter {
     if (ended != s.expected_ch &&
         (s.expected_ch != unknown_channels || ended != s.ch_started.load(std::memory_order_relaxed)))
       return;
-    complete(cs, s, /*enqueue_only=*/false);
-    drop_ref(cs, slot, s);
+    ops_.complete(cs, s, /*enqueue_only=*/false);
+    op_lifecycle::release(cs, slot, s);
   }
 
   /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
   NCCLINSP_INLINE static void reject(op_slot& s, filter_reason why) noexcept {
     if (!s.ts_reject.load(std::memory_order_relaxed))
       s.ts_reject.store(static_cast<std::uint8_t>(why), std::memory_order_relaxed);
-  }
-
-  static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    const std::uint64_t cur = a.load(std::memory_order_relaxed);
-    if (cur == 0 || v < cur) a.store(v, std::memory_order_relaxed);
-  }
-  static void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
-  }
-
-  /// Takes a slot and fills the common fields; returns its index, or no_index (pool full, filtered).
-  std::uint32_t begin_op(comm_state& cs, func f, std::uint64_t count, const char* dtype_name, std::uint32_t channels,
-                         bool ce) noexcept {
-    op_record rec;  // only its size fields are used before the slot is taken (registers, not a copy)
-    rec.fn = f;
-    set_size(rec, count, parse_dtype(dtype_name));
-    if (rec.bytes_valid && rec.bytes < cfg_.min_size_bytes) {
-      col_.note_filtered(cs.handle, filter_reason::min_size);
-      return no_index;
-    }
-    const std::uint32_t idx = cs.ops.alloc();
-    if (idx == no_index) NCCLINSP_UNLIKELY {
-      col_.note_dropped(cs.handle, drop_reason::op_pool_full);
-      return no_index;
-    }
-    op_slot& s = cs.ops[idx];
-    ::new (static_cast<void*>(&s.rec)) op_record();  // in place, then field by field (see Design)
-    s.rec.fn = f;
-    s.rec.count = rec.count;
-    s.rec.dt = rec.dt;
-    s.rec.bytes = rec.bytes;
-    s.rec.bytes_valid = rec.bytes_valid;
-    s.rec.channels = static_cast<std::uint16_t>(channels == unknown_channels ? 0 : channels);
-    s.expected_ch = channels;
-    s.is_ce = ce;
-    s.proxy_sampled = false;
-    s.ch_stopped.store(0, std::memory_order_relaxed);
-    s.gpu_lo.store(0, std::memory_order_relaxed);
-    s.gpu_hi.store(0, std::memory_order_relaxed);
-    s.cpu_lo.store(0, std::memory_order_relaxed);
-    s.cpu_hi.store(0, std::memory_order_relaxed);
-    s.gpu_missing.store(false, std::memory_order_relaxed);
-    s.enq_stopped.store(false, std::memory_order_relaxed);
-    s.ch_started.store(0, std::memory_order_relaxed);
-    s.ch_seen.store(0, std::memory_order_relaxed);
-    s.ch_stop_seen.store(0, std::memory_order_relaxed);
-    s.ts_reject.store(0, std::memory_order_relaxed);
-    s.settle = 0;
-    s.replay = false;
-    // References: the channel side (the last channel completes the op), and the op's stop when it
-    // completes the op (no channels) or, with traces, records its time (see stop_slow).
-    s.refs.store(channels && !ce && cfg_.traces ? 2 : 1, std::memory_order_relaxed);
-    if (cs.traces) NCCLINSP_UNLIKELY
-      cs.traces[idx].op_started();
-    s.started_at.store(detail::coarse_ns(), std::memory_order_release);
-    col_.note_started(cs.handle);
-    return idx;
-  }
-
-  void* op_handle(const comm_state& cs, std::uint32_t idx) const noexcept {
-    const op_slot& s = cs.ops[idx];
-    const std::uint32_t aux = !cfg_.traces && s.expected_ch && !s.is_ce ? aux_ends_at_channels : 0;
-    return as_handle(encode(handle_kind::op, s.gen.load(std::memory_order_relaxed), cs.handle, idx, aux));
   }
 
   template <class Descr>
@@ -380,13 +297,13 @@ class event_adapter {
         settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
     }
     if (settle) channels = 0;  // settled at its stop
-    const std::uint32_t idx = begin_op(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
+    const std::uint32_t idx = ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
     cs->ops[idx].settle = settle;
     cs->ops[idx].replay = is_captured(d->parentObj);
     r.seq = d->coll.seqNumber;
-    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg_.proxy_sample == 0;  // same ops on every rank
+    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg().proxy_sample == 0;  // same ops on every rank
     r.alg = alg;
     r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
     if constexpr (requires { d->coll.userTag; }) {
@@ -396,7 +313,7 @@ class event_adapter {
         r.pro = proto::none;
       }
     }
-    *handle = op_handle(*cs, idx);
+    *handle = ops_.handle_of(*cs, idx);
     return abi::success;
   }
 
@@ -412,23 +329,23 @@ class event_adapter {
 
   template <class Descr>
   result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
-    if (!cfg_.p2p) return abi::success;
+    if (!cfg().p2p) return abi::success;
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
     const bool no_kernel_events = no_kernel_events_now();
-    const std::uint32_t idx = begin_op(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
-                                       no_kernel_events ? 0 : d->p2p.nChannels, false);
+    const std::uint32_t idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
+                                         no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
     if (no_kernel_events) cs->ops[idx].settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
     cs->ops[idx].replay = is_captured(d->parentObj);
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
-    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg_.proxy_sample == 0;
+    cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg().proxy_sample == 0;
     r.alg = algo::none;
     r.pro = proto::none;
     if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
-    *handle = op_handle(*cs, idx);
+    *handle = ops_.handle_of(*cs, idx);
     return abi::success;
   }
 
@@ -436,7 +353,7 @@ class event_adapter {
   result_t start_ce(void* context, void** handle, const Descr* d) noexcept {
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const std::uint32_t idx = begin_op(*cs, parse_func(d->ceColl.func), d->ceColl.count, d->ceColl.datatype, 0, true);
+    const auto idx = ops_.begin(*cs, parse_func(d->ceColl.func), d->ceColl.count, d->ceColl.datatype, 0, true);
     if (idx == no_index) return abi::success;
     op_slot& s = cs->ops[idx];
     s.rec.seq = d->ceColl.seqNumber;
@@ -444,65 +361,14 @@ class event_adapter {
     s.rec.pro = proto::none;
     if constexpr (requires { d->ceColl.userTag; }) s.rec.user_tag = d->ceColl.userTag;
     s.cpu_lo.store(detail::steady_ns(), std::memory_order_relaxed);
-    *handle = op_handle(*cs, idx);
+    *handle = ops_.handle_of(*cs, idx);
     return abi::success;
   }
 
-  /// Builds the record from the channel timestamps and hands it to the collector.
-  NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
-    s.started_at.store(0, std::memory_order_relaxed);
-    // Never published as GPU-timed, counted by why: KernelCh that cannot come, KernelCh timestamps
-    // that cannot be the op's, and a span that is the host enqueue only (copy-engine collectives,
-    // ops without channels).
-    std::uint8_t why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
-    if (enqueue_only && !why) why = static_cast<std::uint8_t>(filter_reason::enqueue_only);
-    if (why) {
-      col_.note_filtered(cs.handle, static_cast<filter_reason>(why));
-      return;
-    }
-    op_record r = s.rec;
-    if (s.expected_ch == unknown_channels)
-      r.channels = static_cast<std::uint16_t>(s.ch_started.load(std::memory_order_relaxed));
-    const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
-    if (!s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
-      r.timing = timing_source::kernel_gpu;
-      r.start_ns = glo;
-      r.end_ns = ghi;
-      // Its channels are busy until its end: a later replay starting on one before then is not itself
-      // (ch_seen: kept where replays can read stale slots, ABI <= 6).
-      if (cs.graphs.load(std::memory_order_relaxed))
-        for (std::uint64_t m = s.ch_seen.load(std::memory_order_relaxed); m; m &= m - 1)
-          relaxed_max(cs.ch_last_stop[static_cast<std::size_t>(__builtin_ctzll(m))], ghi);
-    } else if (s.cpu_lo.load(std::memory_order_relaxed) && !cfg_.require_kernel_timing) {
-      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times, on request
-      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
-      r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
-    } else {
-      col_.note_filtered(cs.handle, filter_reason::no_gpu_timing);
-      return;
-    }
-    if (cs.traces) NCCLINSP_UNLIKELY {
-      traced_op& tr = cs.traces[cs.ops.index_of(s)];
-      tr.t.stop_sn = tr.stop_sn.load(std::memory_order_acquire);  // 0: the op's stop came later
-      tr.t.stop_cpu_ns = tr.stop_cpu_ns.load(std::memory_order_relaxed);
-      col_.record(cs.handle, r, &tr.t);
-    } else {
-      col_.record(cs.handle, r);
-    }
-  }
-
-  /// Lets go of one reference; the last one frees the slot.
-  static void drop_ref(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
-    // refs only decrease after begin_op; reading 1 (acquire, pairs with the other holder's acq_rel
-    // decrement) means this is the last reference: no locked RMW (always without traces, where an
-    // op has one holder; with traces, when the op's stop came first).
-    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      cs.ops.release(idx);
-  }
+  const adapter_config& cfg() const noexcept { return ops_.config(); }
 
   comm_registry& reg_;
-  collector<>& col_;
-  const adapter_config cfg_;
+  op_lifecycle ops_;
   proxy_events proxy_;
   std::atomic<int*> mask_{nullptr};  // NCCL's activation mask (watch_mask)
 };

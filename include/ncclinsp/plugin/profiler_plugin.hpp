@@ -5,6 +5,7 @@
 ///  - comm_state.hpp     per-communicator in-flight op slots, traces, proxy step pool (data)
 ///  - comm_registry.hpp  the communicators the callbacks find, and when a state may be reused
 ///  - event_adapter.hpp  startEvent/stopEvent/recordEventState -> op records (the hot path)
+///  - op_lifecycle.hpp   an op's slot: begun, completed into an op_record, released
 ///  - proxy_events.hpp   ProxyOp/ProxyStep -> per-peer network waits (NCCLINSP_PROXY)
 ///  - plugin_state.hpp   the process state: config, collector, registry, adapter, exporter, hooks
 ///  - device_identity.hpp  the CUDA device of the calling thread (dlopen'ed driver, no link)

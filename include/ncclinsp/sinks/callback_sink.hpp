@@ -38,7 +38,4 @@ class callback_sink {
   log_fn log_;
 };
 
-/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
-using CallbackSink [[deprecated("use ncclinsp::callback_sink")]] = callback_sink;
-
 }  // namespace ncclinsp

@@ -58,6 +58,7 @@ inline collector_options collector_options_from(const env_options& o, bool nccl_
   co.identity = std::move(id);
   co.identity.node = o.node_name;
   co.identity.slurm_job_id = o.slurm_job_id;
+  co.identity.job_id = o.job_id;
   co.identity.labels = o.labels;
   co.user_tag_label = o.user_tag_label;
   co.retired_retention = o.retain_finalized;

@@ -209,7 +209,4 @@ class json_sink {
   std::map<std::uint64_t, std::uint64_t> last_drops_;
 };
 
-/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
-using JsonSink [[deprecated("use ncclinsp::json_sink")]] = json_sink;
-
 }  // namespace ncclinsp

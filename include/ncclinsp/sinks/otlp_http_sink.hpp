@@ -249,9 +249,6 @@ class otlp_http_sink {
   detail::failure_log errors_{std::chrono::minutes(1), std::chrono::minutes(1)};
 };
 
-/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
-using OtlpHttpSink [[deprecated("use ncclinsp::otlp_http_sink")]] = otlp_http_sink;
-
 /// The OTLP sink configured from the environment (otlp_http_options::from_env) with the series
 /// shape of the .prom files (Inspector's gauges, cardinality), as sinks_from_options() and
 /// inspector_options::from_env() take it: pass it where NCCL_INSPECTOR_OTEL_EXPORT=1 should export

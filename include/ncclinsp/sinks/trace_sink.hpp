@@ -255,7 +255,4 @@ class trace_sink {
   long pid_ = 0;
 };
 
-/// Deprecated spelling (before 0.2); the library's names are snake_case like the standard library's.
-using TraceSink [[deprecated("use ncclinsp::trace_sink")]] = trace_sink;
-
 }  // namespace ncclinsp
