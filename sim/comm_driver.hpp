@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -99,6 +100,7 @@ class comm_driver {
         drift_.store(true, std::memory_order_relaxed);
     }
     mark_release_effects(out.first(ops.size()));
+    number_works(out.first(ops.size()));
   }
 
   /// cudaStreamBeginCapture .. EndCapture around the API calls `ops` (one group): NCCL emits the API events
@@ -135,6 +137,7 @@ class comm_driver {
     for (std::size_t i = 0; i < g.n; ++i)
       if (desync && out[i].kind != op_kind::ce_coll) out[i].stale_timestamps = true;
     mark_release_effects(out.first(g.n));
+    number_works(out.first(g.n));
   }
   pending_op enqueue(const op_desc& op) {
     pending_op p;
@@ -177,6 +180,40 @@ class comm_driver {
       }
     }
     visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(sent, n), wait); });
+  }
+
+  /// The device side of the 64-slot work rings (src/include/device.h struct ncclDevProfiler: workStarted
+  /// and workCompleted, {counter, timestamp} per slot, written by the kernel's profiler() in
+  /// src/device/common.h): op `p`'s work started on each of its channels at `t[i].start_ns`, stamping
+  /// slot (work % 64) of workStarted, and, if `ended`, finished at `t[i].stop_ns` (workCompleted). No events.
+  void device_run(const pending_op& p, std::span<const kernel_time> t, bool ended = true) noexcept {
+    if (!p.work || t.empty()) return;
+    const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
+    for (std::size_t i = 0; i < n; ++i) {
+      const kernel_time own = t[std::min(i, t.size() - 1)];
+      const std::size_t at = ring_index(p.channel_lo + i, p.work);
+      dev_started_[at] = {p.work, own.start_ns};
+      if (ended) dev_completed_[at] = {p.work, own.stop_ns};
+    }
+  }
+  /// The reader's side (up to 2.31.0a0 src/transport/profiler.cc profilerProxyProgress, 2.31.2
+  /// src/plugin/profiler.cc profilerProgressOps): a channel's KernelCh start and stop come once
+  /// `sub->base <= slot.counter` and carry that slot's timestamp, so a reader 64 or more works behind
+  /// sends a later work's. Emits `p`'s KernelCh events; false (nothing sent) while a channel's work has
+  /// not both started and ended as the slots say (NCCL's reader keeps polling).
+  bool read_back(const pending_op& p) {
+    if (!active_ || lib_->unloaded() || !p.work) return false;
+    const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
+    kernel_time sent[detail::max_timed_channels];
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = ring_index(p.channel_lo + i, p.work);
+      if (dev_started_[at].counter < p.work || dev_completed_[at].counter < p.work) return false;
+      sent[i] = {dev_started_[at].timestamp, dev_completed_[at].timestamp};
+    }
+    visit([&](const auto& e) {
+      detail::complete_channels(e, p, std::span<const kernel_time>(sent, n), true, last_kch_);
+    });
+    return true;
   }
 
   /// Events of a communicator that already finalized, from a proxy thread it shared with others
@@ -276,6 +313,21 @@ class comm_driver {
     return {out, n};
   }
 
+  /// Numbers the works of ops with KernelCh children by their channels' host work counters (an op's
+  /// channels are numbered by its first channel's counter: exact where a communicator's ops use the
+  /// same channels, which is what the device-ring cases drive).
+  void number_works(std::span<pending_op> out) noexcept {
+    for (pending_op& p : out) {
+      if (!p.kernel_events || p.n_channels == 0) continue;
+      p.work = ++host_work_[p.channel_lo % detail::max_timed_channels];
+      for (std::size_t i = 1; i < std::min<std::size_t>(p.n_channels, detail::max_timed_channels); ++i)
+        ++host_work_[(p.channel_lo + i) % detail::max_timed_channels];
+    }
+  }
+  static std::size_t ring_index(std::size_t channel, std::uint64_t work) noexcept {
+    return (channel % detail::max_timed_channels) * device_ring_slots + work % device_ring_slots;
+  }
+
   bool broadcast_emits_coll() const noexcept {
     if (cfg_.broadcast_coll >= 0) return cfg_.broadcast_coll != 0;
     return abi_ <= 5 && !cfg_.shim_quirks;
@@ -290,8 +342,16 @@ class comm_driver {
   detail::seq_counters seq_;
   std::atomic<bool> persistent_{false};  ///< planner.persistent: set by a capture, reset by an eager launch
   std::atomic<bool> drift_{false};       ///< 2.31: a Broadcast shifted the device counters
-  kernel_time ring_[detail::max_timed_channels] = {};  ///< last real work per channel (proxy thread)
-  void* last_kch_[detail::max_timed_channels] = {};    ///< last KernelCh handle per channel (proxy thread)
+  kernel_time ring_[detail::max_timed_channels] = {};   ///< last real work per channel (proxy thread)
+  void* last_kch_[detail::max_timed_channels] = {};     ///< last KernelCh handle per channel (proxy thread)
+  static constexpr std::size_t device_ring_slots = 64;  ///< device.h MAX_PROFILER_EVENTS_PER_CHANNEL
+  struct ring_slot {
+    std::uint64_t counter = 0;
+    std::uint64_t timestamp = 0;
+  };
+  std::uint64_t host_work_[detail::max_timed_channels] = {};  ///< works launched per channel (enqueue side)
+  std::unique_ptr<ring_slot[]> dev_started_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
+  std::unique_ptr<ring_slot[]> dev_completed_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
 };
 
 }  // namespace ncclinsp::sim

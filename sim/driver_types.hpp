@@ -69,6 +69,8 @@ struct pending_op {
   bool drifted = false;          ///< 2.31 drift: start is the op's, stop the channel's previous work's
   bool proxy_unstopped = false;  ///< CollNet/SHM/P2P proxies: ProxyOps started, never stopped
   bool collnet = false;          ///< CollNet: KernelCh starts of every channel come before any stop (one proxy pass)
+  /// Its work's number in the device ring of its first channel (the proxy's sub->base), 1-based; 0: none.
+  std::uint64_t work = 0;
 };
 
 /// A captured CUDA graph of one communicator: the ops of its API calls and the CollApi/P2pApi handles

@@ -39,7 +39,8 @@ std::map<std::string, std::string> env_for(const std::string& dir) {
           {"NCCL_INSPECTOR_DUMP_DIR", dir},
           {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
           {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
-          {"NCCLINSP_NODE_NAME", "nodeC"}};
+          {"NCCLINSP_NODE_NAME", "nodeC"},
+          {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // the final file stays after the job exits
 }
 
 /// Runs `body(dir)` in a child with the plugin's environment (+ `extra`); returns the final .prom text.
@@ -685,4 +686,59 @@ TEST_CASE("2.28 P2P channel ids that wrap around - ncclP2pChannelForPart", "[con
   });
   CHECK(sample(text, "ncclinsp_ops_total", {"collective=\"Send\""}) == 1);
   CHECK(sample(text, "nccl_p2p_exec_time_microseconds", {"p2p_operation=\"Send\""}) == Approx(100.0).epsilon(0.01));
+}
+
+// ---- The 64-slot device work ring ---------------------------------------------------------------------
+
+// The reader stalls while 64 works run and the 65th starts: the first op's KernelCh start reads its
+// workStarted slot, now the 65th work's start, and its stop its own end (the 65th has not ended): end
+// before begin, rejected. (A work whose both slots were overwritten carries another work's start and end,
+// indistinguishable from its own in the events: sim/README.md "The device work ring".)
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 device work ring overrun - a reader 64 works behind reads a later work's start - "
+    "device.h ncclDevProfiler, profilerProxyProgress / profilerProgressOps",
+    "[conformance][ring]") {
+  for (const auto& rel : sim::releases) {
+    INFO("release " << rel.name);
+    constexpr int healthy = 20, behind = 65;
+    constexpr std::size_t bytes = 8u << 20;
+    // Kernel k runs for 200 + (k % 7) x 50 us: a later work's times give another bandwidth.
+    const auto len = [](int k) { return (200 + std::uint64_t(k % 7) * 50) * us; };
+    const std::string text = run(std::string("ring_") + rel.name, [&](const std::string&) {
+      job j(rel);
+      sim::comm_driver c(j.lib, comm_cfg(rel, 0x6A, "ring"));
+      std::uint64_t t = t0;
+      for (int k = 0; k < healthy; ++k, t += 1000 * us) {  // a reader that keeps up
+        const auto p = c.enqueue(all_reduce(bytes, 4, 0));
+        c.device_run(p, span(t, len(k), 4));
+        if (!c.read_back(p)) return 3;
+      }
+      std::vector<sim::pending_op> ops;
+      for (int k = 0; k < behind; ++k, t += 1000 * us) {  // the reader stalls: 64 works run, the 65th starts
+        ops.push_back(c.enqueue(all_reduce(bytes, 4, 0)));
+        c.device_run(ops.back(), span(t, len(healthy + k), 4), k + 1 < behind);
+      }
+      if (c.read_back(ops.back())) return 4;  // the 65th has not ended: nothing to read yet
+      for (int k = 0; k + 1 < behind; ++k)
+        if (!c.read_back(ops[std::size_t(k)])) return 5;
+      c.device_run(ops.back(), span(t - 1000 * us, len(healthy + behind - 1), 4));  // the 65th ends
+      if (!c.read_back(ops.back())) return 6;
+      c.finalize();
+      return 0;
+    });
+    // Published with their own times: every op but the first stalled one.
+    double truth_bytes = 0, truth_s = 0;
+    for (int k = 0; k < healthy + behind; ++k) {
+      if (k == healthy) continue;
+      truth_bytes += ncclinsp::bus_bytes(ncclinsp::func::all_reduce, bytes, 4);
+      truth_s += double(len(k)) / 1e9;
+    }
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == healthy + behind - 1);
+    CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"rejected_timestamps\""}) == 1);
+    CHECK(total(text, "ncclinsp_bus_bytes_total", {"collective=\"AllReduce\""}) /
+              total(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+          Approx(truth_bytes / truth_s).epsilon(0.02));
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  }
 }
