@@ -196,6 +196,11 @@ class comm_driver {
       if (ended) dev_completed_[at] = {p.work, own.stop_ns};
     }
   }
+  /// Grouped same-function ops on one channel run as one work batch: the kernel's profiler()
+  /// (src/device/common.h) stamps every profiled work of the batch with the batch's start and end.
+  void device_run_batch(std::span<const pending_op> batch, std::span<const kernel_time> t) noexcept {
+    for (const pending_op& p : batch) device_run(p, t);
+  }
   /// The reader's side (up to 2.31.0a0 src/transport/profiler.cc profilerProxyProgress, 2.31.2
   /// src/plugin/profiler.cc profilerProgressOps): a channel's KernelCh start and stop come once
   /// `sub->base <= slot.counter` and carry that slot's timestamp, so a reader 64 or more works behind

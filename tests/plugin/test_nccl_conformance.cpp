@@ -742,3 +742,40 @@ TEST_CASE(
     CHECK(total(text, "ncclinsp_inflight_ops") == 0);
   }
 }
+
+// Grouped same-function ops on one channel run in one work batch and share its start and stop: each is
+// published with the batch's span (docs/nccl-versions.md: an upper bound of its own time), never a
+// shorter one, and every op is counted.
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 batch-shared timestamps - grouped AllReduce ops on one channel share the batch's "
+    "start and stop - device/common.h profiler",
+    "[conformance][batch]") {
+  for (const auto& rel : sim::releases) {
+    INFO("release " << rel.name);
+    constexpr int groups = 10;
+    constexpr std::size_t bytes = 4u << 20;
+    constexpr std::uint64_t batch = 600 * us;  // two works of about 300 us each, run as one batch
+    const std::string text = run(std::string("batch_") + rel.name, [&](const std::string&) {
+      job j(rel);
+      sim::comm_driver c(j.lib, comm_cfg(rel, 0x6B, "batch"));
+      const sim::op_desc d[2] = {all_reduce(bytes, 1, 0), all_reduce(bytes, 1, 0)};
+      for (int g = 0; g < groups; ++g) {
+        sim::pending_op p[2];
+        c.enqueue(std::span<const sim::op_desc>(d, 2), std::span<sim::pending_op>(p, 2));
+        const auto t = span(t0 + std::uint64_t(g) * 1000 * us, batch, 1);
+        c.device_run_batch(std::span<const sim::pending_op>(p, 2), t);
+        for (const auto& op : p)
+          if (!c.read_back(op)) return 3;
+      }
+      c.finalize();
+      return 0;
+    });
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 2 * groups);
+    CHECK(total(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+          Approx(2.0 * groups * double(batch) / 1e9).epsilon(0.001));
+    CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""}) ==
+          Approx(ar_busbw(bytes, 4, batch)).epsilon(0.01));
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  }
+}
