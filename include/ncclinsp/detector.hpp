@@ -64,7 +64,7 @@ struct detector_options {
   std::uint64_t min_ops = 8;       ///< ops per window value (fewer: carried into the next window)
   double noise_sigmas = 3.5;       ///< and the drop exceeds this many robust sd of the baseline values
   double persist_s = 10;           ///< an episode is sustained once it has lasted this long (0: at once)
-  double deep_ratio = 0.70;        ///< ... or at once when the recent median is below this ratio
+  double deep_ratio = 0.60;        ///< ... or at once when the recent median is below this ratio
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
