@@ -38,7 +38,7 @@ plugin* open(const std::string& path, const char* handles) {
   if (!p->lib.open(path, abi::newest)) throw std::runtime_error(p->lib.error());
   p->t = p->lib.table<abi::newest>();
   ::setenv("NCCLINSP_NULL_PLUGIN_HANDLES", handles, 1);
-  int mask = 0;
+  static int mask = 0;  // NCCL's is process-wide, and the plugin reads it again later
   if (p->t->init(&p->ctx, 0xb0b, &mask, "bench", 2, 8, 0, nullptr) != abi::success)
     throw std::runtime_error("init failed");
   return p;

@@ -18,7 +18,7 @@ abi::result_t init_v5plus(void** ctx, std::uint64_t comm_id, int* mask, const ch
   try {
     return plugin_state::get().init(ctx, mask, name, comm_id, nnodes, nranks, rank, log, V);
   } catch (...) {
-    return abi::internal_error;
+    return abi::success;  // never an error: NCCL 2.30.3+ would unload the library (plugin_state::init)
   }
 }
 
@@ -27,7 +27,7 @@ abi::result_t init_v4(void** ctx, int* mask, const char* name, std::uint64_t has
   try {
     return plugin_state::get().init(ctx, mask, name, hash, nnodes, nranks, rank, log, 4);
   } catch (...) {
-    return abi::internal_error;
+    return abi::success;  // never an error: NCCL 2.30.3+ would unload the library (plugin_state::init)
   }
 }
 

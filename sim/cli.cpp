@@ -69,6 +69,23 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   app.add_flag("--pxn", o.pxn, "emit a foreign-pid (PXN) ProxyOp after each network op");
   app.add_option("--mask-override", o.mask_override,
                  "RAS: after each init set the global mask to this value (e.g. 65535)");
+  std::string nccl;
+  app.add_option("--nccl", nccl,
+                 "NCCL release reproduced: 2.27, 2.28, 2.30 (also 2.29), 2.31.2 (also 2.31); its profiler table "
+                 "unless --abi says otherwise, and its behaviours (sim/README.md)");
+  std::string workload = "training";
+  app.add_option("--workload", workload, "training (default) or serving (tensor-parallel decode, CUDA graphs)")
+      ->check(CLI::IsMember({"training", "serving"}));
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "tp AllReduce captured in a CUDA graph at its first step, replayed after");
+  app.add_flag("--collnet", o.collnet, "dp AllReduce through CollNet (SHARP), algo COLLNET_DIRECT");
+  app.add_flag("--nonblocking", o.nonblocking, "non-blocking communicators: eager launches from an async group thread");
+  app.add_option("--abort-at", o.abort_at, "every rank aborts its communicators at this simulated second")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--recv-step-restarts", o.recv_restarts, "each recv ProxyStep is re-started N times first")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--truth", o.truth, "write the kernels' true GPU time per rank, comm, function and size (JSON lines)");
+  app.add_option("--truth-ops", o.truth_ops, "write every op's true GPU span (JSON lines; short runs)");
   app.add_option("--seed", o.seed, "jitter / hash seed");
   app.add_flag("-v,--verbose", o.verbose, "print the plugin's INFO logs");
   std::vector<std::string> degr, slow, nic, strag, nvl, hangs;
@@ -250,7 +267,18 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     if (h.rank < 0 || h.rank >= o.nodes * o.gpus) return std::fprintf(stderr, "bad --hang-rank %s\n", s.c_str()), 1;
     o.hangs.push_back(h);
   }
+  if (!nccl.empty()) {
+    o.nccl = find_release(nccl);
+    if (!o.nccl) return std::fprintf(stderr, "bad --nccl %s (2.27, 2.28, 2.30, 2.31.2)\n", nccl.c_str()), 2;
+    if (o.abi == 0) o.abi = o.nccl->abi;
+  }
+  o.serving = workload == "serving";
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
+  if (o.abort_at >= 0) {  // ncclCommAbort: the ops in flight stay open (2.31.2 purges them; the same to a plugin)
+    o.steps = 0;
+    o.duration = o.duration > 0 ? std::min(o.duration, o.abort_at) : o.abort_at;
+    o.purge_inflight = true;
+  }
   if (!o.bursts_cfg.empty()) {  // over the run, its pauses and a margin (a --steps run ends when it ends)
     const model nominal(o);
     const double run = o.end_time(nominal.nominal_step_s);

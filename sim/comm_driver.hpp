@@ -19,6 +19,8 @@
 #include <ncclinsp/abi/nccl_profiler.hpp>
 #include <ncclinsp/abi/versions.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -49,6 +51,9 @@ class comm_driver {
     if (init_result_ != abi::success) {
       logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__,
              "Profiler init failed with error (%d). Continue without profiler.", int(init_result_));
+      // 2.30.3+: ncclProfilerPluginInit unloads the library on an init error; no other communicator's
+      // events or finalize reach it afterwards (the simulator stops calling instead of dlclosing).
+      if (cfg_.release && cfg_.release->unload_on_init_error) lib.mark_unloaded();
       return;
     }
     active_ = true;
@@ -80,12 +85,56 @@ class comm_driver {
   /// several = ncclGroupStart/End, groupDepth 2 unless `user_group` says otherwise). `out[i]` receives op i's
   /// pending token; `out.size() >= ops.size()`.
   void enqueue(std::span<const op_desc> ops, std::span<pending_op> out, int user_group = -1) {
-    if (!active_ || ops.empty() || out.size() < ops.size()) return;
+    if (!live() || ops.empty() || out.size() < ops.size()) return;
     const bool grouped = user_group < 0 ? ops.size() > 1 : user_group != 0;
     visit([&](const auto& e) {
       constexpr int V = std::remove_cvref_t<decltype(e)>::version;
       detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll()).run(ops, out, grouped);
     });
+    // An eager launch resets planner.persistent (proxy.cc SaveProxyProfiler then stops advancing the
+    // host work counter at replays); a Broadcast starts the 2.31 counter drift.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != op_kind::ce_coll) persistent_.store(false, std::memory_order_relaxed);
+      if (cfg_.release && cfg_.release->broadcast_drift && ops[i].func == nccl_func::broadcast)
+        drift_.store(true, std::memory_order_relaxed);
+    }
+    mark_release_effects(out.first(ops.size()));
+  }
+
+  /// cudaStreamBeginCapture .. EndCapture around the API calls `ops` (one group): NCCL emits the API events
+  /// (graphCaptured) and the captured kernel launch; the plan's host callback goes into the graph. Every
+  /// `replay` of `g` then runs it.
+  void capture(std::span<const op_desc> ops, captured_graph& g) {
+    if (!live() || ops.empty()) return;
+    g.n = std::min(ops.size(), max_graph_ops);
+    for (std::size_t i = 0; i < g.n; ++i) {
+      g.ops[i] = ops[i];
+      g.ops[i].graph_captured = true;
+    }
+    pending_op scratch[max_graph_ops];
+    const std::span<const op_desc> captured(g.ops, g.n);
+    visit([&](const auto& e) {
+      constexpr int V = std::remove_cvref_t<decltype(e)>::version;
+      detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll(), detail::enqueue_mode::capture, &g)
+          .run(captured, std::span<pending_op>(scratch, g.n), g.n > 1);
+    });
+    persistent_.store(true, std::memory_order_relaxed);
+  }
+
+  /// cudaGraphLaunch of `g`: its host callback (on the CUDA host-callback thread, the caller's): Group,
+  /// Coll/P2p with new seqNumbers and the capture's stale parentObj. `out[i]` receives op i's token.
+  void replay(const captured_graph& g, std::span<pending_op> out) {
+    if (!live() || g.n == 0 || out.size() < g.n) return;
+    visit([&](const auto& e) {
+      constexpr int V = std::remove_cvref_t<decltype(e)>::version;
+      detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll(), detail::enqueue_mode::replay,
+                                  const_cast<captured_graph*>(&g))
+          .run(std::span<const op_desc>(g.ops, g.n), out, g.n > 1);
+    });
+    const bool desync = cfg_.release && cfg_.release->replay_counter_desync && !persistent_.load();
+    for (std::size_t i = 0; i < g.n; ++i)
+      if (desync && out[i].kind != op_kind::ce_coll) out[i].stale_timestamps = true;
+    mark_release_effects(out.first(g.n));
   }
   pending_op enqueue(const op_desc& op) {
     pending_op p;
@@ -96,8 +145,10 @@ class comm_driver {
   /// Proxy/profiler-thread side: the kernel finished on every channel. `t[i]` is channel `channel_lo + i`
   /// (if `t` is shorter, its last entry is reused).
   void complete(const pending_op& p, std::span<const kernel_time> t) {
-    if (!active_ || t.empty()) return;
-    visit([&](const auto& e) { detail::complete_channels(e, p, t, true); });
+    if (!active_ || t.empty() || lib_->unloaded()) return;
+    kernel_time seen[detail::max_timed_channels];
+    const auto sent = device_ring(p, t, seen);
+    visit([&](const auto& e) { detail::complete_channels(e, p, sent, true, last_kch_); });
   }
   void complete(const pending_op& p, std::uint64_t start_ns, std::uint64_t stop_ns) {
     const kernel_time t{start_ns, stop_ns};
@@ -114,13 +165,40 @@ class comm_driver {
   /// records their states only under a non-NULL one. Allocates nothing (fixed-size event table).
   template <class Wait>
   void complete_timed(std::span<const timed_op> ops, Wait&& wait) {
-    if (!active_ || ops.empty()) return;
-    visit([&](const auto& e) { detail::complete_timed(e, ops, wait); });
+    if (!active_ || ops.empty() || lib_->unloaded()) return;
+    kernel_time seen[detail::max_timed_ops][detail::max_timed_channels];
+    timed_op sent[detail::max_timed_ops];
+    const std::size_t n = std::min(ops.size(), detail::max_timed_ops);
+    for (std::size_t i = 0; i < n; ++i) {
+      sent[i] = ops[i];
+      if (!ops[i].kernel.empty()) {
+        const auto carried = device_ring(*ops[i].op, ops[i].kernel, seen[i]);
+        if (carried.data() != ops[i].kernel.data()) sent[i].sent = carried;  // events keep their times
+      }
+    }
+    visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(sent, n), wait); });
+  }
+
+  /// Events of a communicator that already finalized, from a proxy thread it shared with others
+  /// (up to 2.31.0a0 ncclProxyProgressDestroy keeps progressing): the kernel's completion, as `complete`.
+  void complete_after_finalize(const pending_op& p, std::span<const kernel_time> t) {
+    if (t.empty() || lib_->unloaded()) return;
+    visit([&](const auto& e) { detail::complete_channels(e, p, t, true); });
+  }
+
+  /// A KernelCh record(22) and stop on the channel's previous KernelCh handle (sub->kernelEventHandle is
+  /// never reset up to 2.31.0a0): the op `p` got no KernelCh start on channel `channel_lo`, the stop names
+  /// whatever handle that channel's last op had. No-op where the release guards it (PR #2221).
+  void stale_kernel_ch_stop(const pending_op& p, std::uint64_t stop_ns) {
+    if (!active_ || lib_->unloaded() || !last_kch_[p.channel_lo % detail::max_timed_channels]) return;
+    if (cfg_.release && !cfg_.release->stale_kernel_ch_stop) return;
+    void* h = last_kch_[p.channel_lo % detail::max_timed_channels];
+    visit([&](const auto& e) { e.kernel_ch_stop(h, stop_ns); });
   }
 
   /// KernelCh start only, never stopped (NCCL 2.31 purges in-flight ops at comm destroy; a hung kernel).
   void start_only(const pending_op& p, std::uint64_t start_ns) {
-    if (!active_) return;
+    if (!active_ || lib_->unloaded()) return;
     const kernel_time t{start_ns, 0};
     visit([&](const auto& e) { detail::complete_channels(e, p, std::span<const kernel_time>(&t, 1), false); });
   }
@@ -130,14 +208,14 @@ class comm_driver {
   void foreign_proxy_op(pid_t pid, std::uint8_t channel, int peer, int rank,
                         void* foreign_parent = reinterpret_cast<void*>(0x10),
                         void* foreign_context = reinterpret_cast<void*>(0x20)) {
-    if (!active_) return;
+    if (!active_ || lib_->unloaded()) return;
     visit_with(foreign_context,
                [&](const auto& e) { detail::foreign_proxy_op(e, pid, channel, peer, rank, foreign_parent); });
   }
 
   /// One ProxyCtrl Append → AppendEnd cycle on the proxy thread (reads the global mask per event, as NCCL).
   void proxy_ctrl(int appended_ops) {
-    if (!active_) return;
+    if (!active_ || lib_->unloaded()) return;
     visit([&](const auto& e) { e.proxy_ctrl(appended_ops); });
   }
 
@@ -145,7 +223,7 @@ class comm_driver {
   void finalize() {
     if (!active_) return;
     active_ = false;
-    if (!context_) return;
+    if (!context_ || lib_->unloaded()) return;
     visit([&](const auto& e) { e.table->finalize(context_); });
   }
 
@@ -164,6 +242,40 @@ class comm_driver {
     visit_with(context_, std::forward<F>(f));
   }
 
+  bool live() const noexcept { return active_ && !lib_->unloaded(); }
+
+  /// Per-op effects of the release decided at the API call or replay (the 2.31 drift after a Broadcast).
+  void mark_release_effects(std::span<pending_op> out) const noexcept {
+    if (!drift_.load(std::memory_order_relaxed)) return;
+    for (pending_op& p : out)
+      if (p.kernel_events && p.func != nccl_func::broadcast) p.drifted = true;
+  }
+
+  /// The timestamps the KernelCh events of `p` carry: the op's own (`t`, per channel), or, where the
+  /// release reads another work's device-ring slot, the channel's previous work's (0 where none: NCCL
+  /// then has no timestamp) or, with the 2.31 drift, the op's start and the previous work's end.
+  /// Keeps the last real work per channel (proxy thread only). Returns `t` itself when nothing changes.
+  std::span<const kernel_time> device_ring(const pending_op& p, std::span<const kernel_time> t,
+                                           kernel_time* out) noexcept {
+    const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
+    const bool changed = p.stale_timestamps || p.drifted;
+    for (std::size_t i = 0; i < n; ++i) {
+      const kernel_time own = t[std::min(i, t.size() - 1)];
+      kernel_time& prev = ring_[(p.channel_lo + i) % detail::max_timed_channels];
+      if (p.stale_timestamps) {
+        out[i] = prev;
+      } else if (p.drifted) {
+        out[i] = {own.start_ns, prev.stop_ns};
+        prev = own;
+      } else {
+        out[i] = own;
+        prev = own;
+      }
+    }
+    if (!changed || n == 0) return t;
+    return {out, n};
+  }
+
   bool broadcast_emits_coll() const noexcept {
     if (cfg_.broadcast_coll >= 0) return cfg_.broadcast_coll != 0;
     return abi_ <= 5 && !cfg_.shim_quirks;
@@ -176,6 +288,10 @@ class comm_driver {
   abi::result_t init_result_ = abi::internal_error;
   bool active_ = false;
   detail::seq_counters seq_;
+  std::atomic<bool> persistent_{false};  ///< planner.persistent: set by a capture, reset by an eager launch
+  std::atomic<bool> drift_{false};       ///< 2.31: a Broadcast shifted the device counters
+  kernel_time ring_[detail::max_timed_channels] = {};  ///< last real work per channel (proxy thread)
+  void* last_kch_[detail::max_timed_channels] = {};    ///< last KernelCh handle per channel (proxy thread)
 };
 
 }  // namespace ncclinsp::sim

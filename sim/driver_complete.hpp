@@ -27,7 +27,7 @@ void proxy_ops_for_channel(const emitter<V>& e, const pending_op& p, std::uint8_
                                      : p.bytes;
     for (int s = 0; s < cfg.proxy_steps; ++s) {
       if (!(p.mask & gate::proxy_step) || (V == 4 && !op_h)) continue;
-      void* st = e.proxy_step(d, op_h, cfg.rank, s);
+      void* st = is_send ? e.proxy_step(d, op_h, cfg.rank, s) : e.proxy_step_restarted(d, op_h, cfg.rank, s);
       abi::state_args a{};
       a.proxyStep.transSize = per_step;
       static constexpr abi::event_state send_states[] = {abi::event_state(8), abi::st_proxy_step_send_peer_wait_v4,
@@ -39,7 +39,7 @@ void proxy_ops_for_channel(const emitter<V>& e, const pending_op& p, std::uint8_
       if (p.mask & abi::ev_net_plugin) e.net_plugin_event(d, st);
       e.stop(st);
     }
-    e.stop(op_h);
+    if (!p.proxy_unstopped) e.stop(op_h);  // CollNet/SHM/P2P proxies never stop their ProxyOps
   }
 }
 
@@ -73,17 +73,33 @@ void kernel_phases(const emitter<V>& e, void* kernel_ch, std::uint8_t ch, const 
 /// `finish`: the kernel completed (KernelCh start + stop per channel, ProxyOps); otherwise only KernelCh
 /// starts (a hung kernel, or one NCCL 2.31 purges at comm destroy).
 template <int V>
-void complete_channels(const emitter<V>& e, const pending_op& p, std::span<const kernel_time> t, bool finish) {
+void complete_channels(const emitter<V>& e, const pending_op& p, std::span<const kernel_time> t, bool finish,
+                       void** last_kch = nullptr) {
   if (!p.kernel_events) return;
   typename emitter<V>::descr d;
   const bool want_kch = (p.mask & abi::ev_kernel_ch) != 0;
   const bool want_proxy = finish && p.network && (p.mask & gate::proxy_op) != 0;
   const bool want_phase = V >= 7 && p.symmetric && (p.mask & abi::ev_kernel_phase) != 0;
   if (finish && (load_mask() & abi::ev_proxy_ctrl)) e.proxy_ctrl(p.n_channels);
+  if (p.collnet && finish && want_kch) {
+    // CollNet: the op announced no channel count; NCCL's proxy starts every channel's KernelCh in one
+    // pass over the op's subs before any of them ends (its channels run in one kernel).
+    void* kh[64] = {};
+    const std::uint8_t n = p.n_channels < 64 ? p.n_channels : 64;
+    for (std::uint8_t i = 0; i < n; ++i) {
+      const kernel_time& kt = t[i < t.size() ? i : t.size() - 1];
+      kh[i] = e.kernel_ch(d, p.task_handle, std::uint8_t(p.channel_lo + i), kt.start_ns);
+      if (last_kch && kh[i]) last_kch[(p.channel_lo + i) % 64] = kh[i];
+      if (want_proxy) proxy_ops_for_channel<V>(e, p, std::uint8_t(p.channel_lo + i), d);
+    }
+    for (std::uint8_t i = 0; i < n; ++i) e.kernel_ch_stop(kh[i], t[i < t.size() ? i : t.size() - 1].stop_ns);
+    return;
+  }
   for (std::uint8_t i = 0; i < p.n_channels; ++i) {
     const kernel_time& kt = t[i < t.size() ? i : t.size() - 1];
     const std::uint8_t ch = std::uint8_t(p.channel_lo + i);
     void* kh = want_kch ? e.kernel_ch(d, p.task_handle, ch, kt.start_ns) : nullptr;
+    if (last_kch && kh) last_kch[ch % 64] = kh;  // sub->kernelEventHandle (see stale_kernel_ch_stop)
     if (want_proxy) proxy_ops_for_channel<V>(e, p, ch, d);
     if (!finish || !want_kch) continue;
     if (want_phase) kernel_phases<V>(e, kh, ch, kt, d);

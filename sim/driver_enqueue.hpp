@@ -9,6 +9,7 @@
 #include "event_emitter.hpp"
 #include "nccl_vocab.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,27 +23,46 @@ struct seq_counters {
   std::uint64_t ce = 0;
 };
 
+/// What one `enqueue_sequence::run` reproduces: an eager API call; a CUDA-graph capture (the API
+/// events and the captured kernel launch only: the plan's host callback is recorded into the graph,
+/// hostStreamPlanCallback); a graph replay (that callback running: Group, Coll/P2p with new seqNumbers,
+/// parentObj the capture's CollApi/P2pApi handle, no API events).
+enum class enqueue_mode : std::uint8_t { eager, capture, replay };
+
 template <int V>
 class enqueue_sequence {
  public:
   using descr = typename emitter<V>::descr;
 
-  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll)
-      : e_(e), cfg_(e.cfg), seq_(seq), bcast_coll_(broadcast_coll), mask_(load_mask()) {}
+  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll, enqueue_mode mode = enqueue_mode::eager,
+                   captured_graph* graph = nullptr)
+      : e_(e), cfg_(e.cfg), seq_(seq), bcast_coll_(broadcast_coll), mask_(load_mask()), mode_(mode), graph_(graph) {}
 
   void run(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {
-    open_group_api(ops.front(), grouped);
+    const bool replay = mode_ == enqueue_mode::replay;
+    if (!replay) open_group_api(ops.front(), grouped);
     bool any_plan_task = false;
     std::uint8_t cursor = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       prepare(ops[i], out[i], cursor);
       if (ops[i].kind != op_kind::ce_coll) any_plan_task = true;
-      api_event(ops[i], out[i]);
+      if (replay) {
+        out[i].api_handle = graph_ && i < graph_->n ? graph_->api_handles[i] : nullptr;  // stale by now
+      } else {
+        api_event(ops[i], out[i]);
+        if (graph_ && i < max_graph_ops) graph_->api_handles[i] = out[i].api_handle;
+      }
     }
-    if constexpr (V >= 5) e_.record(group_api_, abi::st_group_end_api_start, e_.no_args(scratch_));
-    if (any_plan_task) launch(ops, out);
-    if constexpr (V >= 6) ce_collectives(ops, out);
-    if constexpr (V >= 5) e_.stop(group_api_);
+    if constexpr (V >= 5)
+      if (!replay) e_.record(group_api_, abi::st_group_end_api_start, e_.no_args(scratch_));
+    if (any_plan_task) {
+      if (!replay) kernel_launch(ops);
+      if (mode_ != enqueue_mode::capture) plan_tasks(ops, out);
+    }
+    if constexpr (V >= 6)
+      if (mode_ == enqueue_mode::eager) ce_collectives(ops, out);
+    if constexpr (V >= 5)
+      if (!replay) e_.stop(group_api_);
   }
 
  private:
@@ -71,6 +91,9 @@ class enqueue_sequence {
     p.bytes = op.count * dtype_size(op.dtype);
     p.symmetric = V >= 7 && op.kernel_variant != nullptr && op.kind == op_kind::coll;
     p.n_channels = op.n_channels;
+    p.replay = mode_ == enqueue_mode::replay;
+    p.proxy_unstopped = op.collnet;  // CollNet proxies start their ProxyOps and never stop them
+    p.collnet = op.collnet;
     if (op.kind == op_kind::coll) {
       if (p.symmetric) {
         p.channel_lo = 0;
@@ -117,9 +140,8 @@ class enqueue_sequence {
     }
   }
 
-  /// The launch: KernelLaunch (v5+), then hostStreamPlanTask: Group, Coll/P2p starts (collectives first, then
-  /// P2P), their stops in the same order, Group stop.
-  void launch(std::span<const op_desc> ops, std::span<pending_op> out) {
+  /// The launch (v5+): KernelLaunch, at the API call or at capture.
+  void kernel_launch(std::span<const op_desc> ops) {
     if constexpr (V >= 5) {
       if (mask_ & abi::ev_kernel_launch) {
         e_.clear(d_);
@@ -129,6 +151,11 @@ class enqueue_sequence {
         e_.stop(e_.start(d_));
       }
     }
+  }
+
+  /// hostStreamPlanTask (eager) or hostStreamPlanCallback (replay): Group, Coll/P2p starts (collectives
+  /// first, then P2P), their stops in the same order, Group stop.
+  void plan_tasks(std::span<const op_desc> ops, std::span<pending_op> out) {
     void* group = nullptr;
     if (mask_ & gate::group) {
       e_.clear(d_);
@@ -155,9 +182,22 @@ class enqueue_sequence {
 
   void coll_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
     const bool no_coll = op.func == nccl_func::broadcast && !bcast_coll_;
-    p.seq = seq_.coll[int(op.func)]++;
+    const nccl_release* rel = cfg_.release;
+    // One communicator's tasks can be planned on several threads at once (a replay's host callback
+    // beside the user thread): the counter is taken atomically.
+    p.seq = std::atomic_ref<std::uint64_t>(seq_.coll[int(op.func)]).fetch_add(1, std::memory_order_relaxed);
     if (no_coll) return;  // no Coll, no profiler proxy op, no KernelCh (NVIDIA/nccl #2278)
+    // Before 2.31.2 ncclSymmetricTaskScheduler frees symmetric tasks: no Coll, no KernelCh.
+    if (rel && op.symmetric && !rel->sym_visible) return;
+    std::uint8_t announced = op.n_channels;
     p.kernel_events = true;
+    if (rel && op.collnet && rel->collnet_zero_channels) announced = 0;  // KernelCh still come, on n_channels
+    if (rel && op.symmetric && op.sym_tail && rel->sym_head_only) {
+      announced = 0;  // only the plan's head task gets KernelCh
+      p.kernel_events = false;
+    }
+    if (rel && op.symmetric && p.replay && rel->captured_sym_no_kernel_ch)
+      p.kernel_events = false;  // the uninstrumented kernel runs under capture; channels announced anyway
     if (!(mask_ & gate::coll) || !tasks_allowed) return;
     e_.clear(d_);
     d_.type = abi::ev_coll;
@@ -171,7 +211,7 @@ class enqueue_sequence {
     d_.coll.count = bytes ? op.count * dtype_size(op.dtype) : op.count;
     d_.coll.root = op.root;
     d_.coll.datatype = bytes ? "ncclInt8" : dtype_name(op.dtype);
-    d_.coll.nChannels = op.n_channels;
+    d_.coll.nChannels = announced;
     d_.coll.nWarps = op.n_warps;
     d_.coll.algo = op.algo;
     d_.coll.proto = op.proto;
@@ -276,6 +316,8 @@ class enqueue_sequence {
   seq_counters& seq_;
   const bool bcast_coll_;
   const int mask_;  ///< ncclProfilerApiState.eActivationMask snapshot at the API call
+  const enqueue_mode mode_;
+  captured_graph* graph_;  ///< capture: receives the API handles; replay: gives them
   void* group_api_ = nullptr;
   abi::state_args scratch_;
   descr d_;

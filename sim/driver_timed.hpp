@@ -97,10 +97,11 @@ class timed_emitter {
     switch (x.kind) {
       case ev_kch_start:
         if (p.mask & abi::ev_kernel_ch)
-          kch_[x.op][x.idx] = e_.kernel_ch(d_, p.task_handle, std::uint8_t(p.channel_lo + x.idx), x.t);
+          kch_[x.op][x.idx] =
+              e_.kernel_ch(d_, p.task_handle, std::uint8_t(p.channel_lo + x.idx), sent(x.op, x.idx, x.t, true));
         break;
       case ev_kch_stop:
-        e_.kernel_ch_stop(kch_[x.op][x.idx], x.t);
+        e_.kernel_ch_stop(kch_[x.op][x.idx], sent(x.op, x.idx, x.t, false));
         break;
       case ev_pop_start: {
         const proxy_plan& pl = ops_[x.op].proxies[x.idx];
@@ -110,7 +111,7 @@ class timed_emitter {
         break;
       }
       case ev_pop_stop:
-        e_.stop(pop_[x.op][x.idx]);
+        if (!p.proxy_unstopped) e_.stop(pop_[x.op][x.idx]);
         break;
       default:
         proxy_step(p, x);
@@ -119,6 +120,14 @@ class timed_emitter {
   }
 
  private:
+  /// The GPU timestamp a KernelCh event carries: its time, or what the release's device ring gives.
+  std::uint64_t sent(std::size_t op, std::size_t ch, std::uint64_t t, bool start) const noexcept {
+    const auto& s = ops_[op].sent;
+    if (s.empty()) return t;
+    const kernel_time& k = s[std::min(ch, s.size() - 1)];
+    return start ? k.start_ns : k.stop_ns;
+  }
+
   /// ProxyStep start + first state, later states, stop. NCCL starts ProxySteps even under a NULL ProxyOp
   /// handle (parentObj NULL) but records their states only under a non-NULL one.
   void proxy_step(const pending_op& p, const timed_event& x) {
@@ -131,7 +140,8 @@ class timed_emitter {
     // arrives (recv): the earlier states of a step still carry the previous step's size.
     const std::size_t prev = x.step ? pl.step_bytes : 0;
     if (x.kind == ev_step_post) {
-      sh = e_.proxy_step(d_, op_h, e_.cfg.rank, x.step);
+      sh = pl.is_send ? e_.proxy_step(d_, op_h, e_.cfg.rank, x.step)
+                      : e_.proxy_step_restarted(d_, op_h, e_.cfg.rank, x.step);
       a.proxyStep.transSize = prev;
       if (op_h) e_.record(sh, abi::event_state(pl.is_send ? 8 : 10), &a);
     } else if (x.kind == ev_step_ready) {

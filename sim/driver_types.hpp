@@ -3,6 +3,7 @@
 /// of an enqueued task (`pending_op`), kernel and ProxyStep times, and a communicator's configuration.
 /// Thread-safety: plain data.
 
+#include "nccl_release.hpp"
 #include "nccl_vocab.hpp"
 
 #include <cstddef>
@@ -38,6 +39,11 @@ struct op_desc {
   const char* kernel_variant = nullptr;  ///< v7 symmetric kernel name, e.g. "AllReduce_AGxLL_R"; NULL = regular
   void* stream = reinterpret_cast<void*>(0x5000);
   bool graph_captured = false;
+  /// The release's behaviours for this op (nccl_release.hpp): a CollNet (SHARP) collective, a symmetric
+  /// collective (v7 needs kernel_variant too), a symmetric task that is not the head of its plan.
+  bool collnet = false;
+  bool symmetric = false;
+  bool sym_tail = false;
 };
 
 /// What `enqueue` hands to the proxy side: the handles and the mask snapshot of one task. Plain data.
@@ -56,6 +62,22 @@ struct pending_op {
   int peer = -1;
   std::size_t bytes = 0;  ///< per-rank payload bytes
   std::uint64_t seq = 0;  ///< coll.seqNumber / ceColl.seqNumber given to the plugin
+  bool replay = false;    ///< emitted by a CUDA-graph replay (hostStreamPlanCallback), not at the API call
+  /// KernelCh read another work's device-ring slot (a replay after an eager launch up to 2.30, a
+  /// counter drift after a Broadcast in 2.31): `complete` sends those timestamps, not the op's.
+  bool stale_timestamps = false;
+  bool drifted = false;          ///< 2.31 drift: start is the op's, stop the channel's previous work's
+  bool proxy_unstopped = false;  ///< CollNet/SHM/P2P proxies: ProxyOps started, never stopped
+  bool collnet = false;          ///< CollNet: KernelCh starts of every channel come before any stop (one proxy pass)
+};
+
+/// A captured CUDA graph of one communicator: the ops of its API calls and the CollApi/P2pApi handles
+/// NCCL emitted once, at capture (a replay's Coll/P2p carry them as parentObj, stale by then).
+inline constexpr std::size_t max_graph_ops = 8;
+struct captured_graph {
+  op_desc ops[max_graph_ops];
+  void* api_handles[max_graph_ops] = {};
+  std::size_t n = 0;
 };
 
 struct kernel_time {
@@ -87,6 +109,9 @@ struct timed_op {
   const pending_op* op = nullptr;
   std::span<const kernel_time> kernel;  ///< per channel (as `complete`)
   std::span<const proxy_plan> proxies;  ///< this rank's network ProxyOps of the op (empty: none)
+  /// What the KernelCh events carry, per channel, when it is not `kernel` (a release's device-ring
+  /// effects, set by comm_driver); the events still come at `kernel`'s times. Empty: `kernel`.
+  std::span<const kernel_time> sent{};
 };
 
 struct comm_config {
@@ -101,5 +126,9 @@ struct comm_config {
   int broadcast_coll = -1;   ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
   int proxy_steps = 2;       ///< ProxyStep events per ProxyOp when enabled
   pid_t pid = ::getpid();    ///< `proxyOp.pid` for local ops
+  /// The NCCL release reproduced (nccl_release.hpp); nullptr: the simulator's historical model (newest
+  /// table, none of the release behaviours below), which default runs keep.
+  const nccl_release* release = nullptr;
+  int recv_step_restarts = 0;  ///< a recv ProxyStep is re-started this many times (irecv gave no request)
 };
 }  // namespace ncclinsp::sim

@@ -96,6 +96,14 @@ struct emitter {
     return start(d);
   }
 
+  /// A recv step as transport/net.cc recvProxyProgress starts it: re-started on every pass while a
+  /// registered buffer is not ready or irecv gives no request (`cfg.recv_step_restarts` passes; the
+  /// earlier handles are never stopped), then the start that sticks.
+  void* proxy_step_restarted(descr& d, void* proxy_op_handle, int rank, int step) const {
+    for (int i = 0; i < cfg.recv_step_restarts; ++i) (void)proxy_step(d, proxy_op_handle, rank, step);
+    return proxy_step(d, proxy_op_handle, rank, step);
+  }
+
   void* kernel_ch(descr& d, void* task, std::uint8_t channel, std::uint64_t start_ns) const {
     clear(d);
     d.type = abi::ev_kernel_ch;

@@ -4,6 +4,7 @@
 /// Thread-safety: plain data and pure functions.
 
 #include "job_hash.hpp"
+#include "nccl_release.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -93,6 +94,16 @@ struct options {
   bool ce_colls = false;
   bool pxn = false;
   int mask_override = -1;
+  /// --nccl: the NCCL release reproduced (nccl_release.hpp); nullptr = the historical model (newest table).
+  const nccl_release* nccl = nullptr;
+  bool serving = false;      ///< --workload serving: tensor-parallel decode (sim/serving.hpp)
+  bool cuda_graphs = false;  ///< tp AllReduce groups captured once, then replayed every step
+  bool collnet = false;      ///< dp AllReduce through CollNet (SHARP): COLLNET_DIRECT
+  bool nonblocking = false;  ///< non-blocking communicators: eager launches from an async group thread
+  double abort_at = -1;      ///< every rank aborts at this simulated second (ops left open)
+  int recv_restarts = 0;     ///< each recv ProxyStep re-started this many times
+  std::string truth;         ///< --truth FILE: kernels' true GPU time summed per rank, comm, function, size
+  std::string truth_ops;     ///< --truth-ops FILE: one line per op (short runs)
   bool verbose = false;
   u64 seed = 1;
   double launch_jitter_us = 5;  ///< each rank's launch time: + uniform [0, J) per op group

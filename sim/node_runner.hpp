@@ -18,7 +18,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +42,72 @@ using namespace ncclinsp::sim::job;
 namespace fs = std::filesystem;
 
 // ---- one rank -----------------------------------------------------------------------------
+/// A thread that runs one task at a time for the rank's user thread and returns when it is done: NCCL's
+/// CUDA host-callback thread (a graph replay's hostStreamPlanCallback) and the async group thread of a
+/// non-blocking communicator (groupLaunchNonBlocking). Coll/P2p events then come from that thread.
+class side_thread {
+ public:
+  explicit side_thread(std::function<void()> on_start)
+      : t_([this, s = std::move(on_start)] {
+          s();
+          loop();
+        }) {}
+  side_thread(const side_thread&) = delete;
+  side_thread& operator=(const side_thread&) = delete;
+  ~side_thread() {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+  template <class F>
+  void run(F&& f) {
+    std::unique_lock lk(mu_);
+    task_ = std::forward<F>(f);
+    pending_ = true;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return !pending_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return pending_ || quit_; });
+      if (pending_) {
+        task_();
+        pending_ = false;
+        cv_.notify_all();
+      } else {
+        return;
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> task_;
+  bool pending_ = false, quit_ = false;
+  std::thread t_;
+};
+
+/// The simulator's truth for --truth: the kernels' real GPU spans (before any release corrupts what the
+/// KernelCh events carry), summed per (communicator, function, bytes) of one rank; `corrupted` ops had
+/// another work's timestamps sent (the plugin must not publish those as GPU-timed).
+struct truth_key {
+  u64 comm_hash = 0;
+  int rank = 0;  ///< in the communicator
+  int nranks = 0;
+  int func = 0;
+  u64 bytes = 0;
+  auto operator<=>(const truth_key&) const = default;
+};
+struct truth_sum {
+  u64 ops = 0, corrupted = 0, untimed = 0;
+  double busy_s = 0;
+};
+
 struct rank_state {
   int node = 0, local = 0, global = 0;
   std::vector<std::unique_ptr<comm_driver>> comms;  // indexed by comm_kind
@@ -46,6 +115,8 @@ struct rank_state {
   std::atomic<u64> steps{0};
   std::atomic<double> tflops{0.0};
   std::atomic<bool> proxy_done{false};
+  std::map<truth_key, truth_sum> truth;  // proxy thread; read after it joined
+  std::FILE* truth_ops = nullptr;        // --truth-ops: one line per op (proxy thread)
 };
 
 struct node_runner {
@@ -60,6 +131,8 @@ struct node_runner {
   comm_config make_comm(const rank_state& r, comm_kind k) const {
     comm_config c;
     c.mask_override = o.mask_override;
+    c.release = o.nccl;
+    c.recv_step_restarts = o.recv_restarts;
     switch (k) {
       case comm_kind::tp:
         c.name = "tp";
@@ -123,6 +196,16 @@ struct node_runner {
     std::vector<op_desc> descs;
     std::vector<pending_op> pend(8);
     descs.reserve(8);
+    // CUDA graphs: one per program group of graph ops, captured at its first launch, replayed after.
+    std::vector<captured_graph> graphs(m.program.size());
+    std::vector<char> captured(m.program.size(), 0);
+    const bool any_graph = std::any_of(m.program.begin(), m.program.end(), [](const sim_group& g) {
+      return std::any_of(g.ops.begin(), g.ops.end(), [](const sim_op& op) { return op.graph; });
+    });
+    auto bind = [&r] { bind_device(r.node, r.local); };
+    std::unique_ptr<side_thread> host_callback, async_group;
+    if (any_graph) host_callback = std::make_unique<side_thread>(bind);
+    if (o.nonblocking) async_group = std::make_unique<side_thread>(bind);
     bool hung = false;
     for (u64 step = 0; !stop.load() && !hung; ++step) {
       if (o.steps > 0 ? step >= u64(o.steps) : tl.job_now() >= o.duration) break;
@@ -150,6 +233,8 @@ struct node_runner {
           d.channel_lo = op.channel_lo;
           d.user_tag = op.tag;
           d.kernel_variant = op.sym ? "AllReduce_AGxLL_R" : nullptr;
+          d.symmetric = op.sym;
+          d.collnet = op.collnet;
           d.send_buff = reinterpret_cast<const void*>(0x7f0000000000ull + (u64(r.global) << 32));
           d.recv_buff = reinterpret_cast<void*>(0x7f0000000000ull + (u64(r.global) << 32) + (1ull << 31));
           if (op.p2p_dir) {
@@ -160,7 +245,21 @@ struct node_runner {
         }
         clk.wait_until(mine[i].start, stop);
         if (stop.load()) break;
-        c.enqueue(std::span<const op_desc>(descs), std::span<pending_op>(pend.data(), descs.size()));
+        const std::size_t gi = std::size_t(mine[i].group);
+        const std::span<pending_op> out(pend.data(), descs.size());
+        if (g.ops[std::size_t(mine[i].op)].graph) {
+          // cudaGraphLaunch: captured at the first launch (the API events), then its host callback runs on
+          // the CUDA host-callback thread (Group, Coll with a new seqNumber and the capture's parentObj).
+          if (!captured[gi]) {
+            c.capture(std::span<const op_desc>(descs), graphs[gi]);
+            captured[gi] = 1;
+          }
+          host_callback->run([&] { c.replay(graphs[gi], out); });
+        } else if (async_group) {
+          async_group->run([&] { c.enqueue(std::span<const op_desc>(descs), out); });
+        } else {
+          c.enqueue(std::span<const op_desc>(descs), out);
+        }
         for (std::size_t x = i; x < e; ++x) {
           const rank_op& ro = mine[x];
           const sim_op& op = g.ops[std::size_t(ro.op)];
@@ -261,6 +360,7 @@ struct node_runner {
       }
       timed[n] = timed_op{&cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
                           std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans))};
+      if (!o.truth.empty() || r.truth_ops) note_truth(r, c, cur.op, times[n].data(), nch);
       ++n;
       if (!cur.group_last && n < grp.size()) continue;
       // All ops of a group run on one communicator.
@@ -273,6 +373,52 @@ struct node_runner {
       n = 0;
     }
     r.proxy_done.store(true);
+  }
+
+  /// --truth: the kernel's real span on this rank (earliest channel start to latest channel stop, as the
+  /// GPU stamped them), before the release's device-ring effects decide what the KernelCh events carry.
+  static void note_truth(rank_state& r, const comm_driver& c, const pending_op& p, const kernel_time* t, int nch) {
+    if (p.kind == op_kind::ce_coll || nch <= 0) return;
+    u64 lo = t[0].start_ns, hi = t[0].stop_ns;
+    for (int i = 1; i < nch; ++i) lo = std::min(lo, t[i].start_ns), hi = std::max(hi, t[i].stop_ns);
+    const truth_key k{c.config().comm_hash, c.config().rank, c.config().n_ranks, int(p.func), u64(p.bytes)};
+    truth_sum& s = r.truth[k];
+    ++s.ops;
+    const bool corrupted = p.stale_timestamps || p.drifted;
+    const bool untimed = !p.kernel_events || !(p.mask & abi::ev_kernel_ch);
+    if (corrupted) ++s.corrupted;
+    if (untimed) ++s.untimed;
+    if (!corrupted && !untimed) s.busy_s += double(hi - lo) * 1e-9;
+    if (r.truth_ops)
+      std::fprintf(r.truth_ops,
+                   "{\"rank\":%d,\"comm_hash\":\"0x%016llx\",\"func\":\"%s\",\"seq\":%llu,\"bytes\":%llu,"
+                   "\"nranks\":%d,\"start_ns\":%llu,\"end_ns\":%llu,\"replay\":%s,\"corrupted\":%s,"
+                   "\"untimed\":%s}\n",
+                   c.config().rank, static_cast<unsigned long long>(c.config().comm_hash), func_name(p.func),
+                   static_cast<unsigned long long>(p.seq), static_cast<unsigned long long>(p.bytes), c.config().n_ranks,
+                   static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi),
+                   p.replay ? "true" : "false", corrupted ? "true" : "false", untimed ? "true" : "false");
+  }
+
+  /// --truth FILE: one JSON line per (rank, communicator, function, bytes) with the truth sums.
+  void write_truth(const std::string& path) const {
+    if (path.empty()) return;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "ncclinsp-sim: cannot write --truth %s\n", path.c_str());
+      return;
+    }
+    for (const auto& r : ranks)
+      for (const auto& [k, v] : r->truth)
+        std::fprintf(
+            f,
+            "{\"node\":%d,\"global_rank\":%d,\"comm_hash\":\"0x%016llx\",\"rank\":%d,\"nranks\":%d,\"func\":\"%s\","
+            "\"bytes\":%llu,\"ops\":%llu,\"corrupted\":%llu,\"untimed\":%llu,\"busy_s\":%.9f}\n",
+            r->node, r->global, static_cast<unsigned long long>(k.comm_hash), k.rank, k.nranks,
+            func_name(nccl_func(k.func)), static_cast<unsigned long long>(k.bytes),
+            static_cast<unsigned long long>(v.ops), static_cast<unsigned long long>(v.corrupted),
+            static_cast<unsigned long long>(v.untimed), v.busy_s);
+    std::fclose(f);
   }
 
   void write_prom(const std::string& dir) const {
@@ -314,6 +460,12 @@ struct node_runner {
         });
       for (auto& t : init) t.join();
     }
+    // --truth / --truth-ops: one file per process (a node's child adds ".<node>").
+    auto truth_path = [&](const std::string& p) {
+      return p.empty() || o.single_process || nodes.empty() ? p : p + "." + node_label(nodes.front());
+    };
+    std::FILE* truth_ops = o.truth_ops.empty() ? nullptr : std::fopen(truth_path(o.truth_ops).c_str(), "w");
+    for (auto& rp : ranks) rp->truth_ops = truth_ops;  // fprintf locks the stream: one line per call
     std::vector<std::thread> threads;
     for (auto& rp : ranks) {
       threads.emplace_back([this, r = rp.get()] { proxy_thread(*r); });
@@ -337,6 +489,8 @@ struct node_runner {
     cv.notify_all();
     writer.join();
     write_prom(prom_dir);
+    write_truth(truth_path(o.truth));
+    if (truth_ops) std::fclose(truth_ops);
     // ncclCommDestroy: finalize every communicator (destroy order: last created first).
     for (auto& r : ranks)
       for (auto it = r->comms.rbegin(); it != r->comms.rend(); ++it)

@@ -5,6 +5,7 @@
 
 #include <ncclinsp/abi/versions.hpp>
 
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -84,6 +85,9 @@ class plugin_library {
   }
 
   bool ok() const noexcept { return table_ != nullptr; }
+  /// NCCL 2.30.3+ unloads the library when an init fails (comm_driver marks it): no call reaches it after.
+  void mark_unloaded() const noexcept { unloaded_.store(true, std::memory_order_relaxed); }
+  bool unloaded() const noexcept { return unloaded_.load(std::memory_order_relaxed); }
   explicit operator bool() const noexcept { return ok(); }
   const std::string& error() const noexcept { return error_; }
   const std::string& path() const noexcept { return path_; }
@@ -107,5 +111,6 @@ class plugin_library {
   int abi_ = 0;
   std::string error_;
   std::string path_;
+  mutable std::atomic<bool> unloaded_{false};
 };
 }  // namespace ncclinsp::sim

@@ -55,7 +55,9 @@ struct sim_op {
   std::uint64_t tag = 0;
   bool sym = false;
   bool ce = false;
-  int p2p_dir = 0;  ///< +1 send to next node, -1 recv from previous node
+  int p2p_dir = 0;       ///< +1 send to next node, -1 recv from previous node
+  bool graph = false;    ///< launched by a CUDA-graph replay (captured at its first step)
+  bool collnet = false;  ///< CollNet (SHARP) algorithm
 };
 struct sim_group {
   double compute_frac;  ///< share of the step's compute time before this group
@@ -77,7 +79,12 @@ inline int comm_size(const options& o, comm_kind k) {
 }
 inline bool comm_network(const options& o, comm_kind k) { return k != comm_kind::tp && o.nodes > 1; }
 
+inline std::vector<sim_group> build_serving_program(const options& o);  // serving.hpp
+/// Marks the release-driven options on a program (--cuda-graphs, --collnet).
+inline void mark_program(const options& o, std::vector<sim_group>& g);
+
 inline std::vector<sim_group> build_program(const options& o) {
+  if (o.serving) return build_serving_program(o);
   const std::size_t ag = 32 * mib, ar_tp = 32 * mib, ar_dp = 128 * mib;
   auto tag = [&](u64 t) { return o.user_tags ? t : 0; };
   std::vector<sim_group> g;
@@ -119,6 +126,7 @@ inline std::vector<sim_group> build_program(const options& o) {
   // Drop ops whose communicator would have one rank (NCCL emits nothing for nRanks == 1).
   for (auto& grp : g) std::erase_if(grp.ops, [&](const sim_op& op) { return comm_size(o, op.comm) < 2; });
   std::erase_if(g, [](const sim_group& grp) { return grp.ops.empty(); });
+  mark_program(o, g);
   return g;
 }
 
@@ -134,3 +142,5 @@ inline traffic traffic_of(const sim_op& op, int n) {
 }
 
 }  // namespace ncclinsp::sim::job
+
+#include "serving.hpp"

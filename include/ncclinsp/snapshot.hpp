@@ -30,9 +30,23 @@ enum class drop_reason : std::uint8_t {
 };
 inline constexpr std::array<const char*, 5> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full",
                                                                  "comm_table_full", "exit_deadline"};
-/// Why an op was skipped on purpose (configuration, not loss).
-enum class filter_reason : std::uint8_t { min_size = 0, no_gpu_timing, count_ };
-inline constexpr std::array<const char*, 2> filter_reason_names = {"min_size", "no_gpu_timing"};
+/// Why an op was skipped on purpose, counted instead of published (configuration, or a timing that
+/// cannot be trusted as GPU time; docs/metrics.md): smaller than NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES;
+/// no GPU timestamp (REQUIRE_KERNEL_TIMING); timed by its host enqueue only (copy-engine collectives,
+/// ops without channels); KernelCh timestamps that cannot be its own (a channel ends before the op
+/// began); KernelCh timestamps of an earlier work on the same channel (a replay's stale device
+/// counter); no KernelCh can come (a mask without KernelCh, a captured symmetric collective).
+enum class filter_reason : std::uint8_t {
+  min_size = 0,
+  no_gpu_timing,
+  enqueue_only,
+  rejected_timestamps,
+  foreign_timestamps,
+  no_kernel_events,
+  count_
+};
+inline constexpr std::array<const char*, 6> filter_reason_names = {
+    "min_size", "no_gpu_timing", "enqueue_only", "rejected_timestamps", "foreign_timestamps", "no_kernel_events"};
 
 /// Static description of one communicator on one rank (resolved once, cold path).
 struct comm_desc {

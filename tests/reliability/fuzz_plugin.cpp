@@ -229,7 +229,10 @@ struct run {
 
   void do_init() {
     void* ctx = reinterpret_cast<void*>(std::uintptr_t{0xdead});
-    int mask = -1;
+    // NCCL passes its process-wide mask, which the plugin reads again later (a RAS override): one
+    // with static storage here too.
+    static int mask;
+    mask = -1;
     const char* name = strs.pick(in);
     const std::uint64_t id = in.ConsumeIntegral<std::uint64_t>();
     int nnodes = in.ConsumeIntegralInRange<int>(-1, 4), nranks = in.ConsumeIntegralInRange<int>(-2, 64),

@@ -57,7 +57,8 @@ struct comm_slot {
   alignas(cache_line) std::atomic<std::uint64_t> started{0};
   std::atomic<std::uint64_t> filtered_min_size{0};
   alignas(cache_line) std::atomic<std::uint64_t> completed{0};
-  std::atomic<std::uint64_t> filtered_no_gpu{0};
+  /// filter_reason::no_gpu_timing and after (ops that started, counted where they complete).
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(filter_reason::count_) - 1> filtered_done{};
   std::array<std::atomic<std::uint64_t>, func_count> last_seq_plus1{};
   alignas(cache_line) std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(drop_reason::count_)> dropped{};
   std::atomic<std::uint64_t> abandoned{0};
@@ -74,7 +75,7 @@ struct comm_slot {
     started.store(0, std::memory_order_relaxed);
     filtered_min_size.store(0, std::memory_order_relaxed);
     completed.store(0, std::memory_order_relaxed);
-    filtered_no_gpu.store(0, std::memory_order_relaxed);
+    for (auto& v : filtered_done) v.store(0, std::memory_order_relaxed);
     for (auto& v : last_seq_plus1) v.store(0, std::memory_order_relaxed);
     for (auto& v : dropped) v.store(0, std::memory_order_relaxed);
     abandoned.store(0, std::memory_order_relaxed);
@@ -84,6 +85,15 @@ struct comm_slot {
     last_change_steady = 0;
   }
 };
+
+/// A slot's filter counts, indexed by filter_reason.
+inline std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> filtered_counts(
+    const comm_slot& c) noexcept {
+  std::array<std::uint64_t, static_cast<std::size_t>(filter_reason::count_)> f{};
+  f[0] = c.filtered_min_size.load(std::memory_order_relaxed);
+  for (std::size_t r = 1; r < f.size(); ++r) f[r] = c.filtered_done[r - 1].load(std::memory_order_relaxed);
+  return f;
+}
 
 template <std::uint32_t MaxComms>
 class comm_table {
@@ -159,7 +169,7 @@ class comm_table {
     if (r == filter_reason::min_size)
       c.filtered_min_size.fetch_add(1, std::memory_order_relaxed);
     else {
-      c.filtered_no_gpu.fetch_add(1, std::memory_order_relaxed);
+      c.filtered_done[static_cast<std::size_t>(r) - 1].fetch_add(1, std::memory_order_relaxed);
       c.completed.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -240,8 +250,7 @@ class comm_table {
       for (std::size_t f = 0; f < func_count; ++f)
         cs.last_seq_plus1[f] = c.last_seq_plus1[f].load(std::memory_order_relaxed);
       for (std::size_t r = 0; r < cs.dropped.size(); ++r) cs.dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
-      cs.filtered[0] = c.filtered_min_size.load(std::memory_order_relaxed);
-      cs.filtered[1] = c.filtered_no_gpu.load(std::memory_order_relaxed);
+      cs.filtered = filtered_counts(c);
       if (cs.retired && now_steady - c.retired_steady >= retention_ns) {
         c.state_gen.store(with_state(sg, comm_gone), std::memory_order_release);
         fold_departed(cs.desc, cs.dropped, cs.filtered);
@@ -284,9 +293,7 @@ class comm_table {
     c.state_gen.store(with_state(c.state_gen.load(std::memory_order_relaxed), comm_gone), std::memory_order_release);
     decltype(comm_snapshot::dropped) dropped{};
     for (std::size_t r = 0; r < dropped.size(); ++r) dropped[r] = c.dropped[r].load(std::memory_order_relaxed);
-    fold_departed(
-        c.desc, dropped,
-        {c.filtered_min_size.load(std::memory_order_relaxed), c.filtered_no_gpu.load(std::memory_order_relaxed)});
+    fold_departed(c.desc, dropped, filtered_counts(c));
     return best;
   }
 

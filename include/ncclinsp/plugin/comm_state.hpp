@@ -25,6 +25,10 @@ inline constexpr std::uint32_t max_plugin_comms = default_traits::max_comms;
 /// Proxy steps in flight per communicator (NCCLINSP_PROXY).
 inline constexpr std::uint32_t proxy_steps_per_comm = 1024;
 
+/// op_slot::expected_ch of an op whose channel count NCCL does not give (a CollNet op announces 0
+/// and its KernelCh arrive): it completes when every channel that started has ended.
+inline constexpr std::uint32_t unknown_channels = 0xFFFFFFFFu;
+
 /// One in-flight op. Written by the enqueuing thread at start, by the completing thread after.
 struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
@@ -35,7 +39,16 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
   std::atomic<bool> enq_stopped{false};  // the op's own stopEvent was seen (a second one is ignored)
-  std::uint32_t expected_ch = 0;
+  // The channel thread's checks (one writer): channels started (ops whose count NCCL does not give),
+  // channel ids ended (a second stop of one, on a stale kernelEventHandle, is ignored), and why its
+  // KernelCh timestamps cannot be its own (filter_reason, 0 = they can).
+  std::atomic<std::uint32_t> ch_started{0};
+  std::atomic<std::uint64_t> ch_seen{0};       // record(22) per channel id mod 64 (ops of <= 64 channels)
+  std::atomic<std::uint64_t> ch_stop_seen{0};  // stopEvent per channel id (traces on: the stop ends it)
+  std::atomic<std::uint8_t> ts_reject{0};
+  std::uint8_t settle = 0;        // filter_reason for an op no KernelCh can come for (0 = none); set at start
+  bool replay = false;            // a CUDA-graph replay (parentObj: a captured CollApi/P2pApi); set at start
+  std::uint32_t expected_ch = 0;  // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
   bool is_ce = false;
   bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
   op_record rec;
@@ -51,6 +64,8 @@ struct proxy_step_slot {
   std::uint8_t wait = no_wait;  // current proxy_wait
   std::uint64_t since_ns = 0;   // CLOCK_MONOTONIC at the last transition
   std::uint64_t bytes = 0;      // latest transSize
+  std::uint32_t key = 0;        // (ProxyOp: entry | channel << 7) << 16 | step: a re-start finds it
+  bool open = false;
 };
 
 /// Callback detail of one in-flight op, only when traces are recorded (verbose JSON, trace sink).
@@ -115,6 +130,7 @@ struct comm_state {
         traces(traced ? new traced_op[pool] : nullptr),
         step_count(proxy_steps),
         steps(proxy_steps ? new proxy_step_slot[proxy_steps] : nullptr),
+        open_step(proxy_steps ? new std::uint32_t[proxy_steps]() : nullptr),
         step_free(proxy_steps) {}
   comm_handle handle = no_index;
   std::uint32_t gen = 0;  // generation of this comm table entry
@@ -123,9 +139,17 @@ struct comm_state {
   // handle and gen are written by comm_registry::publish before the state is published.
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null
   std::atomic<std::uint64_t> p2p_seq{0};
-  proxy_table* proxy = nullptr;  // owned by the collector; null without NCCLINSP_PROXY
+  /// Per channel id (mod 64), the GPU end of the last op timed on it, written at that op's completion
+  /// (the channel thread's only): a communicator's kernels run one after the other, so a replay's
+  /// KernelCh starting before it names an earlier work's device-ring slot.
+  std::array<std::atomic<std::uint64_t>, 64> ch_last_stop{};
+  std::atomic<bool> graphs{false};  // a CUDA graph was captured on it: ch_last_stop is kept (set once)
+  proxy_table* proxy = nullptr;     // owned by the collector; null without NCCLINSP_PROXY
   std::uint32_t step_count;
   std::unique_ptr<proxy_step_slot[]> steps;
+  /// Open steps by key hash (step slot + 1, 0 = none): a step NCCL re-starts on every pass
+  /// (recvProxyProgress while irecv gives no request) gets its open slot back. Proxy thread only.
+  std::unique_ptr<std::uint32_t[]> open_step;
   detail::slot_bitmap step_free;
 
   /// Ready for a new communicator (cold, no event inside): every op and step slot free and in its
@@ -134,9 +158,13 @@ struct comm_state {
     ops.recycle();
     for (std::uint32_t i = 0; i < step_count; ++i) {
       steps[i].gen.store(steps[i].gen.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      steps[i].open = false;
+      open_step[i] = 0;
       step_free.release(i);
     }
     p2p_seq.store(0, std::memory_order_relaxed);
+    for (auto& t : ch_last_stop) t.store(0, std::memory_order_relaxed);
+    graphs.store(false, std::memory_order_relaxed);
   }
 };
 

@@ -16,6 +16,13 @@
 ///    communicator's profiler thread from 2.31), so an op's channel fields have one writer: plain
 ///    load+store, no locked instruction per channel. The op's reset at its start happens before NCCL
 ///    hands the op to that thread; the op's own stop on the user thread reads none of them.
+///  - Never a wrong number as GPU-timed, never a false hang, never a lost count: an op whose KernelCh
+///    timestamps cannot be its own (a channel ending before the op began; a CUDA-graph replay
+///    starting before its channel's last stop, an earlier work's device-ring slot), whose timing is
+///    its host enqueue only (CE, no channels), or for which no KernelCh can come (NCCL's live mask
+///    without KernelCh, a captured symmetric collective) is counted by that reason
+///    (filter_reason) instead of published or left in flight. CollNet ops (nChannels 0) end with
+///    the last channel that started. The mask NCCL passes to init is its process-wide one.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads; lookups follow comm_registry.hpp's
 ///    protocol (reader sections, channel holds).
 ///
@@ -51,6 +58,13 @@ class event_adapter {
   event_adapter(comm_registry& reg, collector<>& col, const adapter_config& cfg) noexcept
       : reg_(reg), ops_(col, cfg), proxy_(reg, col, cfg.pid) {}
 
+  /// NCCL's process-wide activation mask (the `eActivationMask` every init gets; cold, at init). A
+  /// RAS override may clear KernelCh in it after init: ops that then cannot get KernelCh events are
+  /// settled at their stop instead of waiting for channels (never a false hang).
+  void watch_mask(int* mask) noexcept {
+    if (mask) mask_.store(mask, std::memory_order_relaxed);
+  }
+
   // ---- startEvent ------------------------------------------------------------------------------
   template <class Descr>
   NCCLINSP_INLINE result_t start_event(void* context, void** handle, const Descr* d) noexcept {
@@ -64,6 +78,15 @@ class event_adapter {
     }
     if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg().traces) NCCLINSP_LIKELY
       return start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if constexpr (requires { d->collApi; }) {
+      // A CUDA-graph capture's CollApi/P2pApi: an inert handle, which the capture's replays carry as
+      // their Coll/P2p parentObj (NCCL emits the API events only at capture).
+      if (type == abi::ev_coll_api || type == abi::ev_p2p_api) {
+        if (type == abi::ev_coll_api ? d->collApi.graphCaptured : d->p2pApi.graphCaptured) NCCLINSP_UNLIKELY
+          return start_captured_api(context, handle);
+        return abi::success;
+      }
+    }
     // Types that get no handle (the API and Group ancestors NCCL emits anyway, types a RAS mask
     // override enables, KernelPhase) return here: nothing is looked up.
     if (!(type &
@@ -101,12 +124,23 @@ class event_adapter {
     const auto in = reg_.enter();
     if (type == abi::ev_coll) return start_coll(context, handle, d);
     if (type == abi::ev_p2p) return start_p2p(context, handle, d);
-    if (type == abi::ev_proxy_step) proxy_.start_step(handle, d->parentObj);
+    if (type == abi::ev_proxy_step) proxy_.start_step(handle, d->parentObj, d->proxyStep.step);
     if (type == abi::ev_proxy_op)
-      proxy_.start_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0);
+      proxy_.start_op(handle, d->parentObj, d->proxyOp.pid, d->proxyOp.peer, d->proxyOp.isSend != 0,
+                      d->proxyOp.channelId);
     if constexpr (requires { d->ceColl; }) {
       if (type == abi::ev_ce_coll) return start_ce(context, handle, d);
     }
+    return abi::success;
+  }
+
+  /// A CUDA-graph capture's CollApi/P2pApi (rare): the inert captured handle, and its communicator
+  /// starts keeping its channels' last GPU ends (which its replays are checked against).
+  NCCLINSP_OUTLINE result_t start_captured_api(void* context, void** handle) noexcept {
+    *handle = as_handle(encode(handle_kind::group, 0, 0, 0, aux_captured_api));
+    const auto in = reg_.enter();
+    if (comm_state* cs = reg_.from_context(context); cs && !cs->graphs.load(std::memory_order_relaxed))
+      cs->graphs.store(true, std::memory_order_relaxed);
     return abi::success;
   }
 
@@ -115,8 +149,15 @@ class event_adapter {
     if (k.kind == handle_kind::channel) {
       const comm_registry::channel_hold h(reg_, k);
       if (!h) return abi::success;
+      op_slot& s = h.op();
+      if (cfg().stale_channel_stops && s.expected_ch <= 64) {  // a channel ends once (see end_channel)
+        const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63),
+                            seen = s.ch_stop_seen.load(std::memory_order_relaxed);
+        if (seen & bit) return abi::success;
+        s.ch_stop_seen.store(seen | bit, std::memory_order_relaxed);
+      }
       if (h.comm().traces) h.comm().traces[k.slot].channel_stopped(k.channel);
-      count_channel_end(h.comm(), h.op(), k.slot);
+      count_channel_end(h.comm(), s, k.slot);
       return abi::success;
     }
     const auto in = reg_.enter();
@@ -164,7 +205,15 @@ class event_adapter {
     const comm_registry::channel_hold h(reg_, k);
     if (!h) return abi::success;
     op_slot& s = h.op();
-    if (gpu_start) relaxed_min(s.gpu_lo, gpu_start);
+    if (gpu_start) {
+      relaxed_min(s.gpu_lo, gpu_start);
+      // A channel runs one work at a time: a replay's start before the channel's last accepted stop is
+      // an earlier work's (up to 2.30 a replay after an eager launch reads the previous device-ring slot).
+      if (s.replay && gpu_start < h.comm().ch_last_stop[channel & 63].load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
+        reject(s, filter_reason::foreign_timestamps);
+    }
+    if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
+      s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if constexpr (Rare) {
       if (!gpu_start) {
         s.gpu_missing.store(true, std::memory_order_relaxed);
@@ -184,10 +233,22 @@ class event_adapter {
     const comm_registry::channel_hold h(reg_, k);
     if (!h) return abi::success;
     op_slot& s = h.op();
-    if (gpu_stop)
-      relaxed_max(s.gpu_hi, gpu_stop);
-    else
+    // A channel ends once: a second stop names a stale kernelEventHandle (NCCL up to 2.31.0a0).
+    if (cfg().stale_channel_stops && s.expected_ch <= 64) {
+      const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63), seen = s.ch_seen.load(std::memory_order_relaxed);
+      if (seen & bit) NCCLINSP_UNLIKELY
+        return abi::success;
+      s.ch_seen.store(seen | bit, std::memory_order_relaxed);
+    }
+    if (gpu_stop) {
+      if (gpu_stop <= s.gpu_lo.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY {
+        reject(s, filter_reason::rejected_timestamps);  // ends before the op began: another work's end
+      } else {
+        relaxed_max(s.gpu_hi, gpu_stop);
+      }
+    } else {
       s.gpu_missing.store(true, std::memory_order_relaxed);
+    }
     if constexpr (Rare) {
       if (cfg().traces) {
         if (h.comm().traces) h.comm().traces[k.slot].channel_recorded(k.channel, gpu_stop);
@@ -205,31 +266,46 @@ class event_adapter {
       relaxed_max(s.cpu_hi, detail::steady_ns());
     const std::uint32_t ended = s.ch_stopped.load(std::memory_order_relaxed) + 1;
     s.ch_stopped.store(ended, std::memory_order_relaxed);
-    if (ended != s.expected_ch) return;
+    // An op of unknown channel count ends with the last channel that started: NCCL's proxy starts an
+    // op's channels in one pass, before any of them ends (its channels run in one kernel).
+    if (ended != s.expected_ch &&
+        (s.expected_ch != unknown_channels || ended != s.ch_started.load(std::memory_order_relaxed)))
+      return;
     ops_.complete(cs, s, /*enqueue_only=*/false);
     op_lifecycle::release(cs, slot, s);
   }
 
-  // One writer (the op's channel thread): load+store, 0 = unset.
-  static void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    if (const std::uint64_t cur = a.load(std::memory_order_relaxed); cur == 0 || v < cur)
-      a.store(v, std::memory_order_relaxed);
-  }
-  static void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
-    if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
+  /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
+  NCCLINSP_INLINE static void reject(op_slot& s, filter_reason why) noexcept {
+    if (!s.ts_reject.load(std::memory_order_relaxed))
+      s.ts_reject.store(static_cast<std::uint8_t>(why), std::memory_order_relaxed);
   }
 
   template <class Descr>
   result_t start_coll(void* context, void** handle, const Descr* d) noexcept {
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const auto idx =
-        ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, d->coll.nChannels, false);
+    const algo alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    std::uint32_t channels = d->coll.nChannels;
+    std::uint8_t settle = no_kernel_events_now() ? static_cast<std::uint8_t>(filter_reason::no_kernel_events) : 0;
+    // CollNet (2.27 - 2.30): scheduleCollTasksToPlan leaves nChannels 0, yet KernelCh arrive.
+    if (channels == 0 && (alg == algo::collnet_direct || alg == algo::collnet_chain)) channels = unknown_channels;
+    if constexpr (requires { d->coll.isSymColl; }) {
+      // 2.31.2 runs a captured symmetric collective's uninstrumented kernel: channels announced, no
+      // KernelCh ever (symmetric_sched.cc).
+      if (d->coll.isSymColl && is_captured(d->parentObj))
+        settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+    }
+    if (settle) channels = 0;  // settled at its stop
+    const std::uint32_t idx =
+        ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
+    cs->ops[idx].settle = settle;
+    cs->ops[idx].replay = is_captured(d->parentObj);
     r.seq = d->coll.seqNumber;
     cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg().proxy_sample == 0;  // same ops on every rank
-    r.alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
+    r.alg = alg;
     r.pro = d->coll.proto ? parse_proto(d->coll.proto) : proto::unknown;
     if constexpr (requires { d->coll.userTag; }) {
       r.user_tag = d->coll.userTag;
@@ -242,14 +318,28 @@ class event_adapter {
     return abi::success;
   }
 
+  /// Whether NCCL's mask has KernelCh off now (a RAS override): no op started now gets KernelCh.
+  bool no_kernel_events_now() const noexcept {
+    int* m = mask_.load(std::memory_order_relaxed);
+    return m && !(std::atomic_ref<int>(*m).load(std::memory_order_relaxed) & abi::ev_kernel_ch);
+  }
+  static bool is_captured(const void* parent) noexcept {
+    const decoded k = decode(parent);
+    return k.kind == handle_kind::group && (k.channel & aux_kind_mask) == aux_captured_api;
+  }
+
   template <class Descr>
   result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
     if (!cfg().p2p) return abi::success;
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const auto idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype, d->p2p.nChannels, false);
+    const bool no_kernel_events = no_kernel_events_now();
+    const std::uint32_t idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
+                                         no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
+    if (no_kernel_events) cs->ops[idx].settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+    cs->ops[idx].replay = is_captured(d->parentObj);
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;
     cs->ops[idx].proxy_sampled = cs->proxy && r.seq % cfg().proxy_sample == 0;
@@ -281,6 +371,7 @@ class event_adapter {
   comm_registry& reg_;
   op_lifecycle ops_;
   proxy_events proxy_;
+  std::atomic<int*> mask_{nullptr};  // NCCL's activation mask (watch_mask)
 };
 
 }  // namespace ncclinsp::plugin

@@ -22,10 +22,12 @@ inline constexpr std::uint32_t context_slot = slot_mask;
 /// Most op slots per communicator: every slot index stays below context_slot.
 inline constexpr std::uint32_t max_op_slots = context_slot;
 
-/// `aux` of a group handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry,
-/// gen = communicator generation, aux_send set for a send), a ProxyStep (slot = step slot,
-/// gen = its generation). aux_kind_mask selects which.
-inline constexpr std::uint32_t aux_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_send = 0x80;
+/// `aux` of a group handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry |
+/// channel << 7, gen = communicator generation, aux_send set for a send), a ProxyStep (slot = step
+/// slot, gen = its generation), the inert CollApi/P2pApi of a CUDA-graph capture (a replay's Coll
+/// carries it as parentObj). aux_kind_mask selects which.
+inline constexpr std::uint32_t aux_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_captured_api = 3,
+                               aux_send = 0x80;
 inline constexpr std::uint32_t aux_kind_mask = 3;
 /// `aux` of an op handle: its channels complete the op and its stopEvent has nothing to do.
 inline constexpr std::uint32_t aux_ends_at_channels = 1;

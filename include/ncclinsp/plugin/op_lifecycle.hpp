@@ -35,7 +35,19 @@ struct adapter_config {
   bool require_kernel_timing = false;  ///< ops without GPU timing are filtered (CE ops exempt)
   bool traces = false;                 ///< per-callback traces (verbose JSON, trace sink)
   pid_t pid = 0;                       ///< this process (ProxyOps of another pid are PXN ops)
+  /// NCCL up to 2.31.0a0 (ABI <= 6) can stop a KernelCh on a stale kernelEventHandle: each channel
+  /// of an op is then ended once only (a per-op bitmask; 2.31.2 guards it, so v7 skips the check).
+  bool stale_channel_stops = true;
 };
+
+// An op's channel fields have one writer (its channel thread): load+store, 0 = unset.
+inline void relaxed_min(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+  if (const std::uint64_t cur = a.load(std::memory_order_relaxed); cur == 0 || v < cur)
+    a.store(v, std::memory_order_relaxed);
+}
+inline void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+  if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
+}
 
 /// Begins, builds and frees the ops of every communicator (one per adapter).
 class op_lifecycle {
@@ -65,7 +77,7 @@ class op_lifecycle {
     s.rec.dt = rec.dt;
     s.rec.bytes = rec.bytes;
     s.rec.bytes_valid = rec.bytes_valid;
-    s.rec.channels = static_cast<std::uint16_t>(channels);
+    s.rec.channels = static_cast<std::uint16_t>(channels == unknown_channels ? 0 : channels);
     s.expected_ch = channels;
     s.is_ce = ce;
     s.proxy_sampled = false;
@@ -73,6 +85,11 @@ class op_lifecycle {
     for (auto* t : {&s.gpu_lo, &s.gpu_hi, &s.cpu_lo, &s.cpu_hi}) t->store(0, std::memory_order_relaxed);
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
+    s.ch_started.store(0, std::memory_order_relaxed);
+    for (auto* t : {&s.ch_seen, &s.ch_stop_seen}) t->store(0, std::memory_order_relaxed);
+    s.ts_reject.store(0, std::memory_order_relaxed);
+    s.settle = 0;
+    s.replay = false;
     // References: the channel side (the last channel completes the op), and the op's stop when it
     // completes the op (no channels) or, with traces, records its time (event_adapter::stop_slow).
     s.refs.store(channels && !ce && cfg_.traces ? 2 : 1, std::memory_order_relaxed);
@@ -90,28 +107,40 @@ class op_lifecycle {
     return as_handle(encode(handle_kind::op, s.gen.load(std::memory_order_relaxed), cs.handle, idx, aux));
   }
 
-  /// Builds the record from the channel timestamps and hands it to the collector.
+  /// Builds the record from the channel timestamps and hands it to the collector. Never published
+  /// as GPU-timed, counted by why instead: KernelCh that cannot come (settle), KernelCh timestamps
+  /// that cannot be the op's (ts_reject), a span that is the host enqueue only (copy-engine
+  /// collectives, ops without channels: enqueue_only), no GPU timestamps (no_gpu_timing).
   NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
+    s.started_at.store(0, std::memory_order_relaxed);
+    std::uint8_t why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
+    if (enqueue_only && !why) why = static_cast<std::uint8_t>(filter_reason::enqueue_only);
+    if (why) {
+      col_.note_filtered(cs.handle, static_cast<filter_reason>(why));
+      return;
+    }
     op_record r = s.rec;
+    if (s.expected_ch == unknown_channels)
+      r.channels = static_cast<std::uint16_t>(s.ch_started.load(std::memory_order_relaxed));
     const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
-    if (!enqueue_only && !s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
+    if (!s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
       r.timing = timing_source::kernel_gpu;
       r.start_ns = glo;
       r.end_ns = ghi;
-    } else if (!enqueue_only && s.cpu_lo.load(std::memory_order_relaxed)) {
-      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times
+      // Its channels are busy until its end: a later replay starting on one before then is not itself
+      // (kept on communicators that captured a graph, where replays can read stale slots, ABI <= 6).
+      if (cs.graphs.load(std::memory_order_relaxed))
+        for (std::uint64_t m = s.ch_seen.load(std::memory_order_relaxed); m; m &= m - 1)
+          relaxed_max(cs.ch_last_stop[static_cast<std::size_t>(__builtin_ctzll(m))], ghi);
+    } else if (s.cpu_lo.load(std::memory_order_relaxed) && !cfg_.require_kernel_timing) {
+      r.timing = timing_source::kernel_cpu;  // proxy-observed channel times, on request
       r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
       r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
     } else {
-      r.timing = timing_source::collective_cpu;  // CE ops, ops without channels: enqueue span only
-      r.start_ns = s.cpu_lo.load(std::memory_order_relaxed);
-      r.end_ns = detail::steady_ns();
-      if (!r.start_ns) r.start_ns = r.end_ns;
-    }
-    s.started_at.store(0, std::memory_order_relaxed);
-    if (r.timing != timing_source::kernel_gpu && cfg_.require_kernel_timing && !s.is_ce)
       col_.note_filtered(cs.handle, filter_reason::no_gpu_timing);
-    else if (cs.traces) NCCLINSP_UNLIKELY {
+      return;
+    }
+    if (cs.traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs.traces[cs.ops.index_of(s)];
       tr.t.stop_sn = tr.stop_sn.load(std::memory_order_acquire);  // 0: the op's stop came later
       tr.t.stop_cpu_ns = tr.stop_cpu_ns.load(std::memory_order_relaxed);

@@ -79,10 +79,12 @@ class plugin_state {
       if (logfn) logger_.store(logfn, std::memory_order_release);
       if (!configured_) configure(abi_version);
       if (!opts_.enable) return abi::success;  // inert, as Inspector with NCCL_INSPECTOR_ENABLE unset
+      // No init returns an error: NCCL 2.30.3+ unloads the library on one (ncclProfilerPluginInit),
+      // under every other live communicator. A communicator we cannot follow gets no context.
       if (!context || nranks <= 0 || rank < 0 || rank >= nranks || nnodes <= 0) {
         log(log_level::warn, "init called with invalid arguments (nranks=" + std::to_string(nranks) + ", rank=" +
                                  std::to_string(rank) + "); running without ncclinsp for this communicator");
-        return abi::invalid_argument;
+        return abi::success;
       }
       // Same shape for every communicator: the options are fixed at the first init.
       const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
@@ -101,13 +103,14 @@ class plugin_state {
       if (h == no_index || h >= max_plugin_comms) {
         registry_.give_back(cs);
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
-                                 " in this process); running without ncclinsp for it");
-        return abi::internal_error;
+                                 " in this process); running without ncclinsp for it (counted: comm_table_full)");
+        return abi::success;
       }
       cs->proxy = col_->proxy_of(h);
       registry_.publish(*cs, h);
       *context = comm_registry::context_of(*cs);
       if (live_comms_++ == 0) start_exporter();
+      if (adapter_) adapter_->watch_mask(mask);
       if (mask) {
         int m = static_cast<int>(abi::ev_coll | abi::ev_kernel_ch);
         if (opts_.enable_p2p) m |= static_cast<int>(abi::ev_p2p);
@@ -120,7 +123,8 @@ class plugin_state {
       }
       return abi::success;
     } catch (...) {
-      return abi::internal_error;  // NCCL unloads us for this communicator and carries on
+      if (context) *context = nullptr;
+      return abi::success;  // running without ncclinsp for this communicator (never an unload)
     }
   }
 
@@ -187,7 +191,8 @@ class plugin_state {
                                     .proxy_sample = opts_.proxy_sample,
                                     .require_kernel_timing = opts_.require_kernel_timing,
                                     .traces = col_->options().record_traces,
-                                    .pid = ::getpid()});
+                                    .pid = ::getpid(),
+                                    .stale_channel_stops = abi_version <= 6});
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,

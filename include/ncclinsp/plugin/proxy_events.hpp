@@ -31,7 +31,7 @@ class proxy_events {
 
   /// ProxyOp start: a handle for a sampled op of ours, else none (PXN op of another process,
   /// unsampled, proxy accounting off, table full).
-  void start_op(void** handle, const void* parent, pid_t pid, int peer, bool send) noexcept {
+  void start_op(void** handle, const void* parent, pid_t pid, int peer, bool send, std::uint8_t channel) noexcept {
     if (pid != pid_) return;  // PXN: parent and context belong to another process
     const decoded k = decode(parent);
     if (k.kind != handle_kind::op) return;
@@ -43,25 +43,41 @@ class proxy_events {
       col_.note_dropped(cs->handle, drop_reason::table_full);
       return;
     }
-    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e, aux_proxy_op | (send ? aux_send : 0)));
+    static_assert(proxy_table::capacity <= 128, "the ProxyOp handle's slot is entry | channel << 7");
+    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e | (std::uint32_t(channel) << 7),
+                               aux_proxy_op | (send ? aux_send : 0)));
   }
 
-  /// ProxyStep start under a ProxyOp handle of ours: a step slot from the pool.
-  void start_step(void** handle, const void* parent) noexcept {
+  /// ProxyStep start under a ProxyOp handle of ours: a step slot from the pool, or the open slot of
+  /// the same step of the same ProxyOp (NCCL re-starts a recv step on every pass while irecv gives
+  /// no request or a registered buffer is not ready, never stopping the earlier start).
+  void start_step(void** handle, const void* parent, int step) noexcept {
     const decoded k = decode(parent);
     if (k.kind != handle_kind::group || (k.channel & aux_kind_mask) != aux_proxy_op) return;
     comm_state* cs = reg_.live(k.comm);
-    if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy || k.slot >= proxy_table::capacity) return;
+    const std::uint32_t entry = k.slot & (proxy_table::capacity - 1);
+    if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy) return;
+    const std::uint32_t key = (k.slot << 16) | (static_cast<std::uint32_t>(step) & 0xFFFF);
+    std::uint32_t& open = cs->open_step[open_index(*cs, key)];
+    if (open && cs->steps[open - 1].open && cs->steps[open - 1].key == key) {  // re-started
+      const proxy_step_slot& st = cs->steps[open - 1];
+      *handle = as_handle(
+          encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, open - 1, aux_proxy_step));
+      return;
+    }
     const std::uint32_t idx = cs->step_free.alloc();
     if (idx == no_index) NCCLINSP_UNLIKELY {
       col_.note_dropped(cs->handle, drop_reason::table_full);
       return;
     }
     proxy_step_slot& st = cs->steps[idx];
-    st.entry = k.slot;
+    st.entry = entry;
     st.wait = no_wait;
     st.since_ns = 0;
     st.bytes = 0;
+    st.key = key;
+    st.open = true;
+    open = idx + 1;
     *handle =
         as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
   }
@@ -85,6 +101,8 @@ class proxy_events {
     if (!st) return;
     close_wait(*cs, *st, detail::steady_ns());
     cs->proxy->add_step(st->entry, st->bytes);
+    st->open = false;
+    if (std::uint32_t& open = cs->open_step[open_index(*cs, st->key)]; open == k.slot + 1) open = 0;
     // One proxy thread starts and stops a communicator's steps: a plain generation bump.
     st->gen.store(st->gen.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     cs->step_free.release(k.slot);
@@ -101,6 +119,9 @@ class proxy_events {
     if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
     proxy_step_slot& st = cs->steps[k.slot];
     return handle_gen(st.gen.load(std::memory_order_acquire)) == k.gen ? &st : nullptr;
+  }
+  static std::uint32_t open_index(const comm_state& cs, std::uint32_t key) noexcept {
+    return static_cast<std::uint32_t>((static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 40) % cs.step_count;
   }
   static void close_wait(comm_state& cs, const proxy_step_slot& st, std::uint64_t now) noexcept {
     if (st.wait != no_wait && now > st.since_ns)
