@@ -24,7 +24,7 @@ From each Prometheus's own ALERTS samples (their timestamps are the rule evaluat
 A run takes warmup + reps x (episode + gap): ~30 min with the defaults. --quick: 2 + 2 reps (~9 min).
 Healthy check: --healthy 1800 --sim-args '--wobble 5' (30 min, fabric +-5 %, 2 % per-op jitter): every alert
 after the warm-up is a false one.
-Network noise (--noise, docs/evaluation-noise.md): the job also runs with NOISE below (congestion bursts of
+Network noise (--noise, docs/evaluation.md, "Under network noise"): the job also runs with NOISE below (congestion bursts of
 4-8 s at -13 % every 30-90 s, each fabric-wide, on one rail or on one NIC, 0.5 % of ops 2-10x slower, a 20 s
 pause without collectives every 10 min, a 30 s warm-up), in the healthy check and under the fault episodes
 alike.

@@ -64,9 +64,9 @@ stage "clang++: unit suites"
 run_ctest build-clang -R "^test_(model|bucketing|collector|formats|sinks|exporter|options|catalogue|cardinality):"
 
 # Sanitizer stages (NCCLINSP_SANITIZERS=0 skips them): only the suites they check, -O1, no
-# bench/examples/tools. ASan+UBSan: the unit, plugin, reliability and embedded suites (LeakSanitizer included;
+# bench/examples/tools. ASan+UBSan: the unit, plugin, reliability, embedded and NCCL conformance suites (LeakSanitizer included;
 # forked plugin children run it before _exit). TSan: the concurrency tests (the plugin's primitives in
-# test_comm_registry among them).
+# test_comm_registry among them, NCCL's three event threads and replays on the host-callback thread).
 SAN_COMMON=("${STRICT[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DNCCLINSP_BUILD_BENCH=OFF
             -DNCCLINSP_BUILD_EXAMPLES=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_FUZZ_SMOKE=OFF)
 UNIT_SUITES=(test_model test_bucketing test_collector test_formats test_sinks test_exporter test_options test_comm_registry)
@@ -77,15 +77,15 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
 
   stage "asan+ubsan: configure and build (build-rel-asan)"
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
-  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded
+  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded nccl_conformance
   stage "asan+ubsan: test"
-  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)):"
+  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)|nccl_conformance):"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
-  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_comm_registry test_reliability
+  cmake --build build-rel-tsan -j "$JOBS" --target test_collector test_exporter test_comm_registry test_reliability nccl_conformance
   stage "tsan: test"
-  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_comm_registry:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)"
+  run_ctest build-rel-tsan -R "^test_collector:.*threads|^test_exporter:|^test_comm_registry:|^test_reliability:(plugin under concurrency|node_exporter|JSON mode|finalize racing|re-init)|^nccl_conformance:.*(three threads|mixed with eager)"
 fi
 stage "done"
 cd "$ROOT"

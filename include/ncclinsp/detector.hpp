@@ -15,15 +15,22 @@
 /// key just the threshold.
 ///
 /// Transient or sustained: congestion from other jobs on a shared fabric comes in bursts of a few
-/// seconds, as deep as a real fault of 10-20%. An episode is `transient` until it has lasted
-/// `persist_s` from its estimated onset (the end of its first low window) with each of the newest
-/// `recent` values still below the threshold; then it is `sustained`: only then does the key's
-/// `degraded` gauge flip and `degradations` count it. A drop with each recent value below
-/// `deep_ratio` (a link at half speed, a failed port: deeper than congestion makes it) is sustained
-/// at once. An episode whose recent median is back above the threshold for `confirm` values before it
-/// is sustained counts in `transients`, and its depth (1 - lowest ratio) in `transient_depth`; a
-/// sustained one recovers above `recover` (hysteresis). Events: one when an
-/// episode starts (transient), one when it becomes sustained, one when it ends, each saying which.
+/// seconds, as deep as a real fault of 10-20%, and heavy-tailed ops (one op 2-10x slower: OS jitter,
+/// a retransmit) make single windows low at any time, also right before or after a burst. An episode
+/// is `transient` until its run has lasted `persist_s`; then it is `sustained`: only then does the
+/// key's `degraded` gauge flip and `degradations` count it. The run is the newest values below the
+/// threshold, one after another; its level is their median, and a value more than `band` (of the
+/// baseline) below that level is an outlier: outliers at either end of the run are not part of it,
+/// and outliers inside it do not count towards its length. The run has lasted the time covered by
+/// the windows (in which the key completed ops) of its values after the first one: the first value
+/// is partly before the onset, idle windows (a pause for a checkpoint) are not time the drop
+/// persisted, and an outlier next to a burst does not make the burst look a window longer. A drop
+/// with each recent value below `deep_ratio` (a link at half speed, a failed port: deeper than
+/// congestion makes it) is sustained at once. An episode whose recent median is back above the
+/// threshold for `confirm` values before it is sustained counts in `transients`, and its depth (1 -
+/// lowest ratio) in `transient_depth`; a sustained one recovers above `recover` (hysteresis). Events:
+/// one when an episode starts (transient), one when it becomes sustained, one when it ends, each
+/// saying which.
 ///
 /// Only healthy values enter the baseline: a value joins it when it leaves the recent window,
 /// unless it was judged during an episode (or was one of the recent values that started it). So a
@@ -61,10 +68,11 @@ struct detector_options {
   std::uint32_t baseline = 30;     ///< windows in the baseline median (before the recent ones)
   std::uint32_t min_baseline = 8;  ///< windows needed before a key is judged
   std::uint32_t confirm = 2;       ///< consecutive values beyond a threshold to change state
-  std::uint64_t min_ops = 8;       ///< ops per window value (fewer: carried into the next window)
+  std::uint64_t min_ops = 5;       ///< ops per window value (fewer: carried into the next window)
   double noise_sigmas = 3.5;       ///< and the drop exceeds this many robust sd of the baseline values
-  double persist_s = 10;           ///< an episode is sustained once it has lasted this long (0: at once)
-  double deep_ratio = 0.70;        ///< ... or at once when the recent median is below this ratio
+  double persist_s = 9;            ///< an episode is sustained once its run has lasted this long (0: at once)
+  double deep_ratio = 0.60;        ///< ... or at once when each recent value is below this ratio
+  double band = 0.03;              ///< a run's value this far (of the baseline) below its median is an outlier
 };
 
 /// The detector settings of the plugin's environment (NCCLINSP_DETECT*).
@@ -118,14 +126,18 @@ class change_detector {
       w.busy_ns += c.window.busy_ns;
       w.comm = c.comm;
     }
+    // The window this snapshot closes: since the previous update (0 for the first one).
+    const std::uint64_t window_ns = last_ns_ && snap.time_unix_ns > last_ns_ ? snap.time_unix_ns - last_ns_ : 0;
+    last_ns_ = snap.time_unix_ns;
     for (auto& [k, s] : keys_) ++s.idle;
     for (auto& [k, w] : now) {
       state& s = keys_[k];
       s.carry.ops += w.ops;
       s.carry.bus_bytes += w.bus_bytes;
       s.carry.busy_ns += w.busy_ns;
+      s.carry.covered_ns += window_ns;
       if (s.carry.ops >= o_.min_ops) {
-        push(s, s.carry.bus_bytes / static_cast<double>(s.carry.busy_ns), snap.time_unix_ns);
+        push(s, s.carry.bus_bytes / static_cast<double>(s.carry.busy_ns), s.carry.covered_ns);
         s.carry = {};
         s.idle = 0;
         judge(snap, k, w.comm, s);
@@ -179,6 +191,7 @@ class change_detector {
     std::uint64_t ops = 0, busy_ns = 0;
     double bus_bytes = 0;
     std::uint32_t comm = 0;
+    std::uint64_t covered_ns = 0;  // the windows (with ops of the key) this value spans
   };
   /// A ring of the last `cap` values (bytes/ns = GB/s) pushed into it.
   struct ring {
@@ -189,18 +202,18 @@ class change_detector {
   };
   enum class phase : std::uint8_t { healthy, transient, sustained };
   struct state {
-    ring recent_values;                           // every value; the newest `recent` form the recent window
-    std::array<std::uint64_t, history> end_ns{};  // per slot of recent_values: its window's end (snapshot time)
-    std::array<bool, history> tainted{};          // per slot of recent_values: judged during an episode
-    ring base_values;                             // healthy values that left the recent window
+    ring recent_values;                               // every value; the newest `recent` form the recent window
+    std::array<std::uint64_t, history> covered_ns{};  // per slot of recent_values: the windows it spans
+    std::array<bool, history> tainted{};              // per slot of recent_values: judged during an episode
+    ring base_values;                                 // healthy values that left the recent window
     window carry;
     bool judged = false;
     phase ph = phase::healthy;
     std::uint32_t streak = 0;  // consecutive values beyond the active threshold
     std::uint32_t idle = 0;    // updates since the last value
     double base = 0, recent = 0, ratio = 1;
-    std::uint64_t onset_ns = 0;  // the episode's estimated onset: the end of its first low window
-    double lowest = 1;           // the episode's lowest ratio
+    double lasted_s = 0;  // the episode's run so far (its longest, once the run has ended)
+    double lowest = 1;    // the episode's lowest ratio
     std::uint64_t degradations = 0, transients = 0;
     double transient_depth = 0;
   };
@@ -213,31 +226,37 @@ class change_detector {
     o.min_ops = std::max<std::uint64_t>(o.min_ops, 1);
     o.persist_s = std::clamp(o.persist_s, 0.0, 86400.0);
     o.deep_ratio = std::clamp(o.deep_ratio, 0.0, o.threshold);
+    o.band = std::clamp(o.band, 0.0, 1.0);
     return o;
   }
 
   /// Appends a value; the one that leaves the recent window joins the baseline if it is healthy.
-  void push(state& s, double v, std::uint64_t t_ns) const {
+  void push(state& s, double v, std::uint64_t covered_ns) const {
     ring& r = s.recent_values;
     if (r.n >= o_.recent && !s.tainted[(r.n - o_.recent) % history]) s.base_values.push(r.at(o_.recent - 1));
     s.tainted[r.n % history] = s.ph != phase::healthy;
-    s.end_ns[r.n % history] = t_ns;
+    s.covered_ns[r.n % history] = covered_ns;
     r.push(v);
   }
-  /// Window end time of the value `back` values before the newest (0 = newest).
-  static std::uint64_t end_at(const state& s, std::size_t back) {
-    return s.end_ns[(s.recent_values.n - 1 - back) % history];
-  }
-  /// The episode's onset estimate: the end of the oldest value below `cut` among the values that
-  /// started it (the newest recent + confirm - 1). Its end, not its start: the onset lies within that
-  /// window, and one isolated slow window right before a burst (a heavy-tailed op) must not make the
-  /// burst look a window longer than it was.
-  std::uint64_t onset_of(const state& s, double cut) const {
-    const std::size_t span = std::min<std::size_t>(o_.recent + o_.confirm - 1, std::min(s.recent_values.n, history));
-    std::size_t oldest = 0;
-    for (std::size_t i = 0; i < span; ++i)
-      if (s.recent_values.at(i) < cut) oldest = i;
-    return end_at(s, oldest);
+  /// How long the newest run of values below `cut` has lasted, in seconds (see the header comment):
+  /// its values one after another below `cut`, less the outliers at either end (more than `band` x
+  /// base below the run's median), counting the windows covered by its values after the first one,
+  /// outliers inside the run excepted.
+  double run_lasted(const state& s, double cut) const {
+    const ring& r = s.recent_values;
+    std::size_t len = 0;  // the run: values [0, len) back from the newest
+    while (len < std::min(r.n, history) && r.at(len) < cut) ++len;
+    if (len < 2) return 0;
+    ring run;
+    for (std::size_t i = 0; i < len; ++i) run.push(r.at(i));
+    const double lo = median(run, len) - o_.band * s.base;
+    std::size_t newest = 0, oldest = len - 1;
+    while (newest < oldest && r.at(newest) < lo) ++newest;
+    while (oldest > newest && r.at(oldest) < lo) --oldest;
+    std::uint64_t ns = 0;
+    for (std::size_t i = newest; i < oldest; ++i)
+      if (r.at(i) >= lo) ns += s.covered_ns[(r.n - 1 - i) % history];
+    return static_cast<double>(ns) * 1e-9;
   }
   /// The newest `count` values all below `cut`.
   static bool all_below(const ring& r, std::size_t count, double cut) {
@@ -273,7 +292,6 @@ class change_detector {
     if (s.base <= 0) return;
     s.ratio = s.recent / s.base;
     s.judged = true;
-    const std::uint64_t now = snap.time_unix_ns;
     if (s.ph == phase::healthy) {
       const bool beyond =
           s.ratio < o_.threshold && s.base - s.recent > o_.noise_sigmas * robust_sd(s.base_values, o_.baseline, s.base);
@@ -282,7 +300,7 @@ class change_detector {
       s.streak = 0;
       s.ph = phase::transient;
       s.lowest = s.ratio;
-      s.onset_ns = std::min(onset_of(s, o_.threshold * s.base), now);
+      s.lasted_s = run_lasted(s, o_.threshold * s.base);
       // The recent values that started it never join the baseline either.
       for (std::size_t i = 0; i < std::min<std::size_t>(o_.recent, s.recent_values.n); ++i)
         s.tainted[(s.recent_values.n - 1 - i) % history] = true;
@@ -291,6 +309,8 @@ class change_detector {
       return;
     }
     s.lowest = std::min(s.lowest, s.ratio);
+    if (s.ph == phase::sustained)  // a sustained episode lasts until it recovers
+      s.lasted_s += static_cast<double>(s.covered_ns[(s.recent_values.n - 1) % history]) * 1e-9;
     // A sustained episode ends above `recover` (hysteresis: it alerted); a transient one as soon as
     // the median is back above the threshold, so a later burst starts an episode of its own.
     s.streak = s.ratio >= (s.ph == phase::sustained ? o_.recover : o_.threshold) ? s.streak + 1 : 0;
@@ -308,20 +328,19 @@ class change_detector {
     if (s.ph == phase::transient) sustain_if_due(snap, k, comm, s);
   }
 
-  /// A transient episode becomes sustained once it has lasted persist_s with each of the newest
-  /// `recent` values still below the threshold (one slow window after a burst does not extend it),
-  /// or at once when each of them is below deep_ratio (one heavy-tailed op in a burst window is not).
+  /// A transient episode becomes sustained once its run has lasted persist_s with the recent median
+  /// and each of the newest `recent` values below the threshold, or at once when each of them is
+  /// below deep_ratio (one heavy-tailed op in a burst window is not).
   void sustain_if_due(snapshot& snap, const key& k, std::uint32_t comm, state& s) {
-    const bool low = s.ratio < o_.threshold && all_below(s.recent_values, o_.recent, o_.threshold * s.base);
+    const double cut = o_.threshold * s.base;
+    const double lasted = run_lasted(s, cut);
+    s.lasted_s = std::max(s.lasted_s, lasted);
+    const bool low = s.ratio < o_.threshold && all_below(s.recent_values, o_.recent, cut);
     const bool deep = all_below(s.recent_values, o_.recent, o_.deep_ratio * s.base);
-    if (!low || (seconds(s.onset_ns, snap.time_unix_ns) < o_.persist_s && !deep)) return;
+    if (!deep && !(low && lasted >= o_.persist_s)) return;
     s.ph = phase::sustained;
     ++s.degradations;
     emit(snap, k, comm, s, true, true);
-  }
-
-  static double seconds(std::uint64_t from_ns, std::uint64_t to_ns) {
-    return to_ns > from_ns ? static_cast<double>(to_ns - from_ns) * 1e-9 : 0.0;
   }
 
   void emit(snapshot& snap, const key& k, std::uint32_t comm, const state& s, bool degraded, bool sustained) const {
@@ -334,12 +353,13 @@ class change_detector {
                                  .recent_gbs = s.recent,
                                  .ratio = s.ratio,
                                  .lowest_ratio = s.lowest,
-                                 .duration_s = seconds(s.onset_ns, snap.time_unix_ns),
+                                 .duration_s = s.lasted_s,
                                  .time_unix_ns = snap.time_unix_ns});
   }
 
   detector_options o_;
   std::map<key, state> keys_;
+  std::uint64_t last_ns_ = 0;  // the previous update's snapshot time
 };
 
 }  // namespace ncclinsp

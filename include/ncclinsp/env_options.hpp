@@ -70,9 +70,9 @@ struct env_options {
   std::uint32_t detect_threshold_pct = 92;  ///< NCCLINSP_DETECT_THRESHOLD_PCT: degraded below this % of baseline
   std::uint32_t detect_recent = 3;          ///< NCCLINSP_DETECT_RECENT: windows in the recent median
   std::uint32_t detect_baseline = 30;       ///< NCCLINSP_DETECT_BASELINE: windows in the baseline median
-  std::uint32_t detect_min_ops = 8;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
-  std::uint32_t detect_persist_s = 10;      ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
-  std::uint32_t detect_deep_pct = 70;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
+  std::uint32_t detect_min_ops = 5;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
+  std::uint32_t detect_persist_s = 9;       ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
+  std::uint32_t detect_deep_pct = 60;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
   bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
   std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----

@@ -164,7 +164,7 @@ struct busbw_event {
   bool sustained = false;         ///< it outlasted persist_s (or was deep); false: transient (so far)
   double baseline_gbs = 0, recent_gbs = 0, ratio = 1;
   double lowest_ratio = 1;  ///< the episode's lowest ratio so far
-  double duration_s = 0;    ///< the episode's length so far (from its estimated onset)
+  double duration_s = 0;    ///< the episode's run so far: windows covered after its first low one (detector.hpp)
   std::uint64_t time_unix_ns = 0;
 };
 

@@ -108,6 +108,9 @@ def render(node, idx, t, speed, degrade_at=None, degrade=1.0, hang_at=None):
             slow = degrade_at is not None and n_nodes > 1 and coll == "AllGather" and t > degrade_at
             add("ncclinsp_busbw_ratio_to_baseline", "gauge", "Recent / baseline busbw.", dl, degrade if slow else 1.0)
             add("ncclinsp_busbw_degraded", "gauge", "1 while degraded.", dl, 1 if slow else 0)
+            # Short drops (congestion bursts): one every 2 s, 12% deep on average.
+            add("ncclinsp_busbw_transients_total", "counter", "Transient degradations.", dl, int(t / 2))
+            add("ncclinsp_busbw_transient_depth_total", "counter", "Depth sum of transients.", dl, 0.12 * int(t / 2))
         if n_nodes > 1:
             peer = 1 - rank
             for direction, states in (("send", ("gpu", "peer_credit", "network")), ("recv", ("network", "flush", "gpu"))):

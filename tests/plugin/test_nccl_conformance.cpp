@@ -40,7 +40,7 @@ std::map<std::string, std::string> env_for(const std::string& dir) {
           {"NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "100000"},
           {"NCCLINSP_CUDA_DRIVER", NCCLINSP_SIMCUDA_LIB},
           {"NCCLINSP_NODE_NAME", "nodeC"},
-          {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // the final file stays after the job exits
+          {"NCCLINSP_PROM_KEEP_FILES", "1"}};  // the final file is read after teardown
 }
 
 /// Runs `body(dir)` in a child with the plugin's environment (+ `extra`); returns the final .prom text.

@@ -331,6 +331,8 @@ struct run {
         d.collApi.func = strs.pick(in);
         d.collApi.datatype = strs.pick(in);
         d.collApi.count = in.ConsumeIntegral<std::size_t>();
+        // A C bool from NCCL is 0 or 1 (p2pApi's overlaps collApi's stream: set last).
+        (type == abi::ev_coll_api ? d.collApi.graphCaptured : d.p2pApi.graphCaptured) = in.ConsumeBool();
       }
     }
     if constexpr (requires { d.kernelPhase; }) {

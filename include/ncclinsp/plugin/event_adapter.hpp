@@ -297,7 +297,8 @@ class event_adapter {
         settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
     }
     if (settle) channels = 0;  // settled at its stop
-    const std::uint32_t idx = ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
+    const std::uint32_t idx =
+        ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
     cs->ops[idx].settle = settle;
