@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ncclinsp/detail/platform.hpp"
+
 namespace ncclinsp {
 
 /// Every function string NCCL reports (`ncclFuncToString`) plus the v6 copy-engine ones.
@@ -36,8 +38,11 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
 
 namespace detail {
 /// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
+/// Flattened: each comparison stays a length check and inline bytes, never a memcmp call, however
+/// large the caller (hot: the plugin parses four names per op; bench/README.md, "Findings").
 template <class E, std::size_t N>
-constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s, std::size_t end = N) noexcept {
+NCCLINSP_FLATTEN constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s,
+                                        std::size_t end = N) noexcept {
   for (std::size_t i = 1; i < end; ++i)
     if (names[i] == s) return static_cast<E>(i);
   return E{};

@@ -324,6 +324,36 @@ TEST_CASE(
   }
 }
 
+// A ring collective announced with nChannels 0 whose KernelCh arrive anyway: what an 8-bit channel
+// count would send for 256 channels (the audit's RCCL claim; the RCCL read has MAXCHANNELS 128, see
+// sim/README.md "Unknown"). The driver's CollNet path on 2.28 (the table RCCL offers, v5) announces 0
+// and delivers the channels; only the algorithm differs. Never GPU-timed from a guess, never in flight.
+TEST_CASE(
+    "2.28 ring collective announced with 0 channels while KernelCh arrive - counted enqueue_only - rccl "
+    "profiler.cc ncclProfilerStartTaskEvents",
+    "[conformance][collnet]") {
+  const auto& rel = sim::release_2_28;
+  const std::string text = run("zero_ring", [&](const std::string&) {
+    job j(rel);
+    sim::comm_driver c(j.lib, comm_cfg(rel, 0x7a, "zero_ring", 2, 8, 0));
+    sim::op_desc d = all_reduce(8u << 20, 4, 0);
+    d.collnet = true;  // announce 0, deliver the 4 channels
+    d.algo = "RING";
+    for (int i = 0; i < 20; ++i) {
+      const auto p = c.enqueue(d);
+      c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 250 * us, 4));
+    }
+    c.finalize();
+    return 0;
+  });
+  INFO(text.substr(0, 3000));
+  CHECK(value_or_zero(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""})) == 0);
+  CHECK(std::isnan(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""})));
+  CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"enqueue_only\""}) == 20);
+  CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
+}
+
 // ---- copy-engine collectives ----------------------------------------------------------------------
 
 TEST_CASE("2.30 2.31.2 copy-engine collective - events bracket the host enqueue only - ce_coll.cc ncclLaunchCeColl",

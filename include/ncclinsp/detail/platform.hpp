@@ -14,8 +14,11 @@ inline constexpr std::size_t cache_line = 64;
 #define NCCLINSP_INLINE [[gnu::always_inline]] inline
 /// Not inlined, so a hot caller's fast path keeps few registers (no spills for a branch that calls out).
 #define NCCLINSP_OUTLINE [[gnu::noinline]]
+/// Everything this function calls is inlined into it (a small loop whose callees must not be calls).
+#define NCCLINSP_FLATTEN [[gnu::flatten]]
 #else
 #define NCCLINSP_COLD
 #define NCCLINSP_INLINE inline
 #define NCCLINSP_OUTLINE
+#define NCCLINSP_FLATTEN
 #endif

@@ -110,7 +110,7 @@ class event_adapter {
   NCCLINSP_INLINE result_t record_state(void* handle, int state, const abi::state_args* args) noexcept {
     const std::uint64_t t = state == abi::st_kernel_ch_stop && args ? args->kernelCh.pTimer : 0;
     if (t && !cfg().traces) NCCLINSP_LIKELY
-      return end_channel<false>(decode(handle), t);
+      return end_channel<false>(handle, t);
     return record_slow(handle, state, args);
   }
 
@@ -188,7 +188,7 @@ class event_adapter {
   /// recordEventState but a timed KernelCh stop without traces: ProxyStep transitions, an untimed
   /// or traced KernelCh stop, or ignored.
   NCCLINSP_OUTLINE result_t record_slow(void* handle, int state, const abi::state_args* args) noexcept {
-    if (state == abi::st_kernel_ch_stop) return end_channel<true>(decode(handle), args ? args->kernelCh.pTimer : 0);
+    if (state == abi::st_kernel_ch_stop) return end_channel<true>(handle, args ? args->kernelCh.pTimer : 0);
     proxy_wait w;
     if (!proxy_wait_of(state, w)) return abi::success;
     const auto in = reg_.enter();
@@ -227,8 +227,11 @@ class event_adapter {
 
   /// KernelCh recordEventState(22): the channel's GPU stop time. It ends the channel, except with
   /// traces on (Rare), where the stop that follows does (stop_slow). Rare: also an untimed stop.
+  /// It takes the raw handle (one register) and decodes it here: a `decoded` passed by value goes
+  /// through the stack and stalls on store forwarding (bench/README.md, "Findings").
   template <bool Rare>
-  NCCLINSP_OUTLINE result_t end_channel(const decoded k, std::uint64_t gpu_stop) noexcept {
+  NCCLINSP_OUTLINE result_t end_channel(void* handle, std::uint64_t gpu_stop) noexcept {
+    const decoded k = decode(handle);
     if (k.kind != handle_kind::channel) return abi::success;
     const comm_registry::channel_hold h(reg_, k);
     if (!h) return abi::success;
