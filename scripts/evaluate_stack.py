@@ -25,9 +25,9 @@ A run takes warmup + reps x (episode + gap): ~30 min with the defaults. --quick:
 Healthy check: --healthy 1800 --sim-args '--wobble 5' (30 min, fabric +-5 %, 2 % per-op jitter): every alert
 after the warm-up is a false one.
 Network noise (--noise, docs/evaluation.md, "Under network noise"): the job also runs with NOISE below (congestion bursts of
-4-8 s at -13 % every 30-90 s, each fabric-wide, on one rail or on one NIC, 0.5 % of ops 2-10x slower, a 20 s
-pause without collectives every 10 min, a 30 s warm-up), in the healthy check and under the fault episodes
-alike.
+4-8 s at -13 % every 30-90 s, each fabric-wide, on one rail or on one NIC, every op's transfer time x a
+lognormal factor of sigma 3 %, 0.5 % of ops 2-10x slower, a 20 s pause without collectives every 10 min, a 30 s
+warm-up), in the healthy check and under the fault episodes alike.
 Reported besides: precision (alert starts explained by an episode / all alert starts after the warm-up),
 recall (episodes with an alert), false pages per hour (alert starts outside every episode, per hour outside
 them), and the transient episodes the detector counted (ncclinsp_busbw_transients_total).
@@ -45,7 +45,7 @@ NETWORK_ALERTS = ("NcclinspBusBandwidthDegraded", "NcclinspNetworkFabricDegraded
 HOST_ALERTS = ("NcclinspHostNetworkSlow", "NcclinspHostBelowJobMedian")
 IGNORED = ("NcclinspExporterStale", "NcclinspTextfileStale", "NcclinspScrapeDown")  # job start/stop
 # --noise: what a shared fabric adds to a healthy job (sim/README.md "Network noise").
-NOISE = "--congestion 60:8:13:mixed --heavy-tail 0.005:10 --pause 600:20 --warmup 30:20"
+NOISE = "--congestion 60:8:13:mixed --op-noise 3 --heavy-tail 0.005:10 --pause 600:20 --warmup 30:20"
 
 
 def say(msg):

@@ -106,6 +106,9 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
                  "each uniform [LEN_S/2, LEN_S] long, bandwidth x (1-PCT/100) on every NIC, one rail, one NIC or any "
                  "of the three (drawn per burst); repeatable");
   app.add_option("--heavy-tail", tail_s, "FRAC[:MAX]: this share of ops runs 2..MAX (10) x slower, log-uniform");
+  app.add_option("--op-noise", o.op_noise_pct,
+                 "PCT: each op's transfer time x a lognormal factor (median 1, sigma PCT %) instead of +-2 % uniform")
+      ->check(CLI::Range(0.0, 50.0));
   app.add_option("--pause", pause_s, "EVERY_S:LEN_S: every EVERY_S s of job time no collective runs for LEN_S s");
   app.add_option("--warmup", warmup_s, "S:PCT: links PCT % slower at the start, nominal again linearly by S s");
   app.add_option("--net-degrade", degr, "PCT@T0-T1: the fabric: every NIC's bandwidth x (1-PCT/100)");

@@ -116,12 +116,14 @@ struct options {
   std::vector<std::vector<burst>> bursts;  ///< per --congestion, drawn from the seed (draw_bursts), by onset
   double tail_frac = 0;                    ///< --heavy-tail: this share of op instances runs 2..tail_max x slower
   double tail_max = 10;
+  double op_noise_pct = 0;   ///< --op-noise: per-op transfer time x lognormal (sigma PCT %) instead of +-2 % uniform
   double pause_every_s = 0;  ///< --pause: every this many seconds of job time ...
   double pause_len_s = 0;    ///< ... every rank stops issuing collectives for this long (checkpoint)
   double warmup_s = 0;       ///< --warmup: links start pct % slower, back to nominal linearly by warmup_s
   double warmup_pct = 0;
   bool noisy() const noexcept {
-    return !bursts.empty() || tail_frac > 0 || (pause_every_s > 0 && pause_len_s > 0) || warmup_s > 0;
+    return !bursts.empty() || tail_frac > 0 || (pause_every_s > 0 && pause_len_s > 0) || warmup_s > 0 ||
+           op_noise_pct > 0;
   }
   int nic_count() const noexcept { return nics > 0 ? nics : gpus; }
   /// Simulated length of the run (for --steps: the nominal step time x steps, given by the caller).

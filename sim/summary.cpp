@@ -60,7 +60,7 @@ std::map<std::string, double> measured_busbw(const options& base, const std::vec
   for (auto& f : o.faults) f.w = window{0, 1e300};
   o.hangs.clear();
   o.bursts.clear();  // the expected figures are noise-free
-  o.tail_frac = o.pause_every_s = o.warmup_s = 0;
+  o.tail_frac = o.pause_every_s = o.warmup_s = o.op_noise_pct = 0;
   const model m(o);
   timeline tl(m);
   std::map<std::string, std::pair<double, double>> acc;
@@ -123,6 +123,7 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     j.end_array();
     num("heavy_tail_frac", o.tail_frac);
     num("heavy_tail_max", o.tail_max);
+    num("op_noise_pct", o.op_noise_pct);
     num("pause_every_s", o.pause_every_s);
     num("pause_len_s", o.pause_len_s);
     num("warmup_s", o.warmup_s);

@@ -145,7 +145,7 @@ class timeline {
   void channel_ends(u64 s, std::size_t gi, std::size_t oi, int local, int n0, int n1, double t0, u64 inst,
                     std::array<double, max_channels>& ends, double& end) const {
     const sim_op& op = m_.program[gi].ops[oi];
-    const double j = jitter_frac * unit_jitter(mix(mix(m_.o.seed, s), mix(u64(gi) * 16 + oi, inst)));
+    const double j = m_.op_jitter(mix(mix(m_.o.seed, s), mix(u64(gi) * 16 + oi, inst)));
     const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
     const int ch_lo = op.channel_lo >= 0 ? op.channel_lo : 0;
     end = t0;

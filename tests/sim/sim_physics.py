@@ -18,7 +18,7 @@
      each step stopped after its last state; the wall-clock waits (straggler, slow NIC) are printed;
   8. network noise: a fabric burst slows network collectives by its depth and not NVLink-only ones, a
      heavy tail makes a few ops 2-10x slower, a pause leaves a gap without collectives, warm-up starts
-     slower; the same seed draws the same bursts.
+     slower; the same seed draws the same bursts; --op-noise 3 spreads ops by about 3 % (lognormal).
 
 usage: sim_physics.py SIM PLUGIN WORKDIR RECORDING_PLUGIN
 """
@@ -354,8 +354,21 @@ early = sorted(r["busbw"] / ag_mid for r in ag if T(r) < 0.25)
 check(early and 0.66 < early[len(early) // 2] < 0.85, f"noise: warm-up fsdp AllGather at {early[len(early) // 2] if early else float('nan'):.2f} of nominal in the first 0.25 s (30% at t=0)")
 _, _, summ2 = run("noise2", *NOISE)
 check(summ2["noise"] == summ["noise"], "noise: the same seed drew other bursts")
+# --op-noise 3: each op's transfer time x lognormal (sigma 3 %), instead of +-2 % uniform (sd 1.15 %).
+def ag_spread(*extra):
+    r = [x["busbw"] for x in run("opnoise", "--nodes", "2", "--gpus", "2", "--duration", "3", "--seed", "3", *extra)[0]
+         if x["comm"] == "fsdp" and x["op"] == "AllGather"]
+    r.sort()
+    mid = r[len(r) // 2]
+    return (sum((v - mid) ** 2 for v in r) / len(r)) ** 0.5 / mid, r[len(r) // 100] / mid
+sd_uniform, _ = ag_spread()
+sd_lognormal, p1_lognormal = ag_spread("--op-noise", "3")
+check(sd_uniform < 0.016, f"noise: fsdp AllGather busbw spread {sd_uniform:.4f} without --op-noise (uniform +-2 %)")
+check(0.022 < sd_lognormal < 0.04 and p1_lognormal < 0.95,
+      f"noise: fsdp AllGather busbw spread {sd_lognormal:.4f}, 1st percentile {p1_lognormal:.3f} of the median with --op-noise 3")
 print(f"noise: {len(bursts)} bursts, fsdp AllGather in bursts {ag_burst[len(ag_burst) // 2]:.2f} of clear, "
-      f"{len(slow)}/{n_clear} heavy-tail ops, warm-up {early[len(early) // 2]:.2f}")
+      f"{len(slow)}/{n_clear} heavy-tail ops, warm-up {early[len(early) // 2]:.2f}; per-op spread "
+      f"{sd_uniform:.4f} uniform, {sd_lognormal:.4f} lognormal (--op-noise 3)")
 
 if FAILS:
     print(f"sim_physics: {len(FAILS)} failure(s)")
