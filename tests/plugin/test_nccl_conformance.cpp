@@ -296,25 +296,34 @@ TEST_CASE("2.31.2 symmetric multi-task plan - only the head task gets KernelCh -
 
 // ---- CollNet (SHARP) ------------------------------------------------------------------------------
 
+namespace {
+/// `n` 8 MiB AllReduce on 4 channels, 250 us each, through the driver's CollNet path: up to 2.30 the
+/// Coll event announces nChannels 0 and the 4 KernelCh still come (scheduleCollTasksToPlan).
+std::string zero_announced_run(const sim::nccl_release& rel, const char* name, std::uint64_t hash, const char* algo,
+                               int n) {
+  return run(name, [&](const std::string&) {
+    job j(rel);
+    sim::comm_driver c(j.lib, comm_cfg(rel, hash, name, 2, 8, 0));
+    sim::op_desc d = all_reduce(8u << 20, 4, 0);
+    d.collnet = true;
+    d.algo = algo;
+    for (int i = 0; i < n; ++i) {
+      const auto p = c.enqueue(d);
+      c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 250 * us, 4));
+    }
+    c.finalize();
+    return 0;
+  });
+}
+}  // namespace
+
 TEST_CASE(
     "2.27 2.28 2.30 2.31.2 CollNet collective - nChannels 0 up to 2.30 while KernelCh arrive - enqueue.cc "
     "scheduleCollTasksToPlan",
     "[conformance][collnet]") {
   for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
     INFO("NCCL " << rel->name);
-    const std::string text = run("collnet", [rel](const std::string&) {
-      job j(*rel);
-      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x66, "sharp", 2, 8, 0));
-      sim::op_desc d = all_reduce(8u << 20, 4, 0);
-      d.collnet = true;
-      d.algo = "COLLNET_DIRECT";
-      for (int i = 0; i < 50; ++i) {
-        const auto p = c.enqueue(d);
-        c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 250 * us, 4));
-      }
-      c.finalize();
-      return 0;
-    });
+    const std::string text = zero_announced_run(*rel, "sharp", 0x66, "COLLNET_DIRECT", 50);
     INFO(text.substr(0, 3000));
     CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 50);
     CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""}) ==
@@ -326,26 +335,13 @@ TEST_CASE(
 
 // A ring collective announced with nChannels 0 whose KernelCh arrive anyway: what an 8-bit channel
 // count would send for 256 channels (the audit's RCCL claim; the RCCL read has MAXCHANNELS 128, see
-// sim/README.md "Unknown"). The driver's CollNet path on 2.28 (the table RCCL offers, v5) announces 0
-// and delivers the channels; only the algorithm differs. Never GPU-timed from a guess, never in flight.
+// sim/README.md "Unknown"). The CollNet path on 2.28 (the table RCCL offers, v5) with a ring's name:
+// nothing says how many channels to wait for, so the op is never GPU-timed from a guess, never in flight.
 TEST_CASE(
     "2.28 ring collective announced with 0 channels while KernelCh arrive - counted enqueue_only - rccl "
     "profiler.cc ncclProfilerStartTaskEvents",
     "[conformance][collnet]") {
-  const auto& rel = sim::release_2_28;
-  const std::string text = run("zero_ring", [&](const std::string&) {
-    job j(rel);
-    sim::comm_driver c(j.lib, comm_cfg(rel, 0x7a, "zero_ring", 2, 8, 0));
-    sim::op_desc d = all_reduce(8u << 20, 4, 0);
-    d.collnet = true;  // announce 0, deliver the 4 channels
-    d.algo = "RING";
-    for (int i = 0; i < 20; ++i) {
-      const auto p = c.enqueue(d);
-      c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 250 * us, 4));
-    }
-    c.finalize();
-    return 0;
-  });
+  const std::string text = zero_announced_run(sim::release_2_28, "zero_ring", 0x7a, "RING", 20);
   INFO(text.substr(0, 3000));
   CHECK(value_or_zero(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""})) == 0);
   CHECK(std::isnan(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""})));
