@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <numbers>
 #include <vector>
 
 namespace ncclinsp::sim::job {
@@ -87,11 +88,11 @@ struct model {
   }
   /// An op instance's relative transfer-time noise, the same on every rank (a collective's ranks run
   /// in lockstep): uniform in +-jitter_frac, or with --op-noise lognormal, median 1, sigma op_noise_pct %
-  /// (Box-Muller from two hashes), so that slower-than-usual ops outnumber much faster ones.
+  /// (Box-Muller from two hashes): a longer tail to the slow side than to the fast one.
   double op_jitter(u64 h) const {
     if (o.op_noise_pct <= 0) return jitter_frac * unit_jitter(h);
     const double u1 = 1.0 - unit01(h), u2 = unit01(splitmix(h));  // u1 in (0, 1]
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
     return std::exp(o.op_noise_pct / 100.0 * z) - 1.0;
   }
   /// NVLink bandwidth factor of `node` at time t.
