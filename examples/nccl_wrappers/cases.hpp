@@ -1,31 +1,36 @@
 #pragma once
-/// `nccl_wrappers_example --cases`: the event-path side of scripts/gpu_check.sh. Plain NCCL calls
-/// (the profiler plugin, loaded by NCCL_PROFILER_PLUGIN, is what is checked) on every visible GPU
-/// of this process (ncclCommInitAll), in five phases that each use their own sizes, so that every
-/// phase lands in its own (collective, message_size) series of the plugin's .prom files:
+/// `nccl_wrappers_example --cases [--multi-rank N]`: the event-path side of scripts/gpu_check.sh.
+/// Plain NCCL calls (the profiler plugin, loaded by NCCL_PROFILER_PLUGIN, is what is checked), one
+/// communicator over every visible GPU of this process (ncclCommInitAll), or with `--multi-rank N`
+/// N ranks on GPU 0 (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1), in five phases that each use
+/// their own sizes, so that every phase lands in its own (collective, message_size) series of the
+/// plugin's .prom files:
 ///
-///   eager       40 x group{Send+Recv 256 MiB to the ring neighbours}      timed per op
-///   eager_coll  40 x AllReduce 64 MiB                                      timed per op
+///   eager       41 x group{Send+Recv 256 MiB to the ring neighbours}      timed per op
+///   eager_coll  41 x AllReduce 64 MiB                                      timed per op
 ///   grouped     20 x group{4 x Send+Recv 8 MiB, 4 x AllReduce 1 MiB}       counted only
 ///   graph       one captured group{Send+Recv 256 KiB, AllReduce 256 KiB},  counted only
 ///               60 replays (a host-callback replay re-emits Group, Coll/P2p and KernelCh)
 ///   mixed       40 x {replay of a captured Send+Recv 512 KiB, then an eager   timed per op
 ///               group{Send+Recv 128 MiB}} on the same communicator
 ///
-/// With one GPU the communicator has one rank: the ring neighbour is the rank itself, so Send/Recv
-/// are out-of-place self copies inside an NCCL kernel (P2p events and KernelCh, GPU-timed), while
-/// every collective takes NCCL's one-rank shortcut (enqueue.cc taskAppend -> ncclLaunchOneRank: a
+/// With one rank the ring neighbour is the rank itself. NCCL 2.28.9 (recorded on an H200) then
+/// emits, for a Send/Recv to itself, GroupApi, P2pApi,
+/// KernelLaunch, Group and P2p events (announcing 64 channels) but no KernelCh and no ProxyOp: no
+/// GPU timestamp can come, the plugin counts the op under filter reason `no_kernel_events`. A
+/// captured self Send/Recv emits its events once, at capture; its replays emit nothing. Every
+/// collective takes NCCL's one-rank shortcut (enqueue.cc taskAppend -> ncclLaunchOneRank: a
 /// cudaMemcpyAsync, or nothing in place, or a small non-profiled kernel for PreMulSum/ncclAvg on
 /// floats) before any profiler call: no GroupApi, CollApi, Coll or KernelCh event at all.
 ///
-/// Output, one tab-separated line per (phase, collective):
-///   case <phase> <collective> <bytes per op as NCCL reports them> <ops per rank> <time per op us, -1 if not timed>
+/// Output, one tab-separated line per (phase, collective, launch):
+///   case <phase> <collective> <bytes per op as NCCL reports them> <ops per rank> <time per op us, -1 if not timed> <eager|graph>
 /// then `ranks`, `nccl` (NCCL_VERSION_CODE of the headers) and `runtime_nccl` (ncclGetVersion).
-/// Time per op: CUDA events around the phase's ops on each GPU's stream, the slowest GPU, per op;
+/// Time per op: CUDA events around the phase's ops on each rank's stream, the slowest rank, per op;
 /// in `mixed` the eager groups and the replays are timed separately (events around each).
 /// At most 160 P2P ops are in flight between synchronisations (the plugin's pool holds 256).
 ///
-///   nccl_wrappers_example --cases
+///   nccl_wrappers_example --cases [--multi-rank N]
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -61,11 +66,12 @@ struct device {
 struct run {
   std::vector<ncclComm_t> comms;
   std::vector<device> devs;
+  std::vector<int> gpu;  ///< the CUDA device of each rank
   int n = 0;
 
   bool each(const char* what, const std::function<bool(int, device&)>& f) {
     for (int d = 0; d < n; ++d) {
-      if (!ok(cudaSetDevice(d), "cudaSetDevice")) return false;
+      if (!ok(cudaSetDevice(gpu[static_cast<std::size_t>(d)]), "cudaSetDevice")) return false;
       if (!f(d, devs[static_cast<std::size_t>(d)])) {
         std::fprintf(stderr, "cases: %s failed on GPU %d\n", what, d);
         return false;
@@ -142,18 +148,24 @@ struct run {
   }
 };
 
-inline void line(const char* phase, const char* coll, std::size_t bytes, int ops, double us) {
-  std::printf("case\t%s\t%s\t%zu\t%d\t%.3f\n", phase, coll, bytes, ops, us);
+inline void line(const char* phase, const char* coll, std::size_t bytes, int ops, double us, const char* launch) {
+  std::printf("case\t%s\t%s\t%zu\t%d\t%.3f\t%s\n", phase, coll, bytes, ops, us, launch);
 }
 
-inline int run_all() {
+/// `ranks_on_gpu0` 0: one rank per visible GPU; N > 0: N ranks on GPU 0.
+inline int run_all(int ranks_on_gpu0) {
   constexpr std::size_t MiB = std::size_t{1} << 20, KiB = std::size_t{1} << 10;
   constexpr std::size_t buf_bytes = 256 * MiB;
   run r;
   if (!ok(cudaGetDeviceCount(&r.n), "cudaGetDeviceCount") || r.n < 1) return 1;
+  for (int d = 0; d < r.n; ++d) r.gpu.push_back(d);
+  if (ranks_on_gpu0 > 0) {
+    r.n = ranks_on_gpu0;
+    r.gpu.assign(static_cast<std::size_t>(r.n), 0);
+  }
   r.comms.resize(static_cast<std::size_t>(r.n));
   r.devs.resize(static_cast<std::size_t>(r.n));
-  if (!ok(ncclCommInitAll(r.comms.data(), r.n, nullptr), "ncclCommInitAll")) return 1;
+  if (!ok(ncclCommInitAll(r.comms.data(), r.n, r.gpu.data()), "ncclCommInitAll")) return 1;
   if (!r.each("setup", [&](int, device& v) {
         return ok(cudaStreamCreateWithFlags(&v.stream, cudaStreamNonBlocking), "stream") &&
                ok(cudaEventCreate(&v.start), "event") && ok(cudaEventCreate(&v.stop), "event") &&
@@ -170,24 +182,24 @@ inline int run_all() {
   for (int i = 0; i < eager_iters; ++i)
     if (!r.group(buf_bytes, 1, 0, 0)) return 1;
   if (!r.record(false) || (ms = r.span()) < 0) return 1;
-  line("eager", "Send", buf_bytes, eager_iters + 1, ms * 1e3 / eager_iters);
-  line("eager", "Recv", buf_bytes, eager_iters + 1, ms * 1e3 / eager_iters);
+  line("eager", "Send", buf_bytes, eager_iters + 1, ms * 1e3 / eager_iters, "eager");
+  line("eager", "Recv", buf_bytes, eager_iters + 1, ms * 1e3 / eager_iters, "eager");
 
   // eager_coll: AllReduce alone.
   if (!r.group(0, 0, 64 * MiB, 1) || !r.sync() || !r.record(true)) return 1;
   for (int i = 0; i < eager_iters; ++i)
     if (!r.group(0, 0, 64 * MiB, 1)) return 1;
   if (!r.record(false) || (ms = r.span()) < 0) return 1;
-  line("eager_coll", "AllReduce", 64 * MiB, eager_iters + 1, ms * 1e3 / eager_iters);
+  line("eager_coll", "AllReduce", 64 * MiB, eager_iters + 1, ms * 1e3 / eager_iters, "eager");
 
   // grouped: several P2P pairs and collectives in one ncclGroupStart/End.
   constexpr int groups = 20, per_group = 4;
   for (int i = 0; i < groups; ++i)
     if (!r.group(8 * MiB, per_group, MiB, per_group)) return 1;
   if (!r.sync()) return 1;
-  line("grouped", "Send", 8 * MiB, groups * per_group, -1);
-  line("grouped", "Recv", 8 * MiB, groups * per_group, -1);
-  line("grouped", "AllReduce", MiB, groups * per_group, -1);
+  line("grouped", "Send", 8 * MiB, groups * per_group, -1, "eager");
+  line("grouped", "Recv", 8 * MiB, groups * per_group, -1, "eager");
+  line("grouped", "AllReduce", MiB, groups * per_group, -1, "eager");
 
   // graph: capture once, replay (each replay re-emits Group, Coll/P2p, KernelCh from a CUDA
   // host-callback thread, only when the plan has proxy or profiler ops).
@@ -198,9 +210,9 @@ inline int run_all() {
     if (i % 30 == 29 && !r.sync()) return 1;
   }
   if (!r.sync()) return 1;
-  line("graph", "Send", 256 * KiB, replays, -1);
-  line("graph", "Recv", 256 * KiB, replays, -1);
-  line("graph", "AllReduce", 256 * KiB, replays, -1);
+  line("graph", "Send", 256 * KiB, replays, -1, "graph");
+  line("graph", "Recv", 256 * KiB, replays, -1, "graph");
+  line("graph", "AllReduce", 256 * KiB, replays, -1, "graph");
 
   // mixed: replays and eager launches alternate on one communicator (the serving pattern).
   constexpr int mixed_iters = 40;
@@ -212,10 +224,10 @@ inline int run_all() {
     if (!r.record(true) || !r.group(128 * MiB, 1, 0, 0) || !r.record(false) || (ms = r.span()) < 0) return 1;
     eager_ms += ms;
   }
-  line("mixed", "Send", 512 * KiB, mixed_iters, replay_ms * 1e3 / mixed_iters);
-  line("mixed", "Recv", 512 * KiB, mixed_iters, replay_ms * 1e3 / mixed_iters);
-  line("mixed", "Send", 128 * MiB, mixed_iters, eager_ms * 1e3 / mixed_iters);
-  line("mixed", "Recv", 128 * MiB, mixed_iters, eager_ms * 1e3 / mixed_iters);
+  line("mixed", "Send", 512 * KiB, mixed_iters, replay_ms * 1e3 / mixed_iters, "graph");
+  line("mixed", "Recv", 512 * KiB, mixed_iters, replay_ms * 1e3 / mixed_iters, "graph");
+  line("mixed", "Send", 128 * MiB, mixed_iters, eager_ms * 1e3 / mixed_iters, "eager");
+  line("mixed", "Recv", 128 * MiB, mixed_iters, eager_ms * 1e3 / mixed_iters, "eager");
 
   int runtime = 0;
   (void)ncclGetVersion(&runtime);

@@ -4,7 +4,9 @@
 //   nccl_wrappers_example [dir] [iterations]      (default ./ncclinsp-example, 50)
 // With NCCL_INSPECTOR_ENABLE=1 in the environment the plugin's variables configure it instead.
 //   nccl_wrappers_example --sweep [min] [max] [ms]  plain NCCL busbw sweep for scripts/gpu_check.sh (sweep.hpp)
-//   nccl_wrappers_example --cases                   eager, grouped and CUDA-graph cases for scripts/gpu_check.sh (cases.hpp)
+//   nccl_wrappers_example --cases [--multi-rank N]  eager, grouped and CUDA-graph cases for scripts/gpu_check.sh (cases.hpp);
+//                                                   N ranks on GPU 0 (NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1)
+//   nccl_wrappers_example --version                 `nccl <headers' NCCL_VERSION_CODE>`, `runtime_nccl <ncclGetVersion>`
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -45,7 +47,14 @@ static std::string uuid_string(const cudaUUID_t& u) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--sweep") return sweep::run(argc, argv);
-  if (argc > 1 && std::string(argv[1]) == "--cases") return cases::run_all();
+  if (argc > 1 && std::string(argv[1]) == "--cases")
+    return cases::run_all(argc > 3 && std::string(argv[2]) == "--multi-rank" ? std::atoi(argv[3]) : 0);
+  if (argc > 1 && std::string(argv[1]) == "--version") {
+    int runtime = 0;
+    CHECK_NCCL(ncclGetVersion(&runtime));
+    std::printf("nccl\t%d\nruntime_nccl\t%d\n", NCCL_VERSION_CODE, runtime);
+    return 0;
+  }
   const std::string dir = argc > 1 ? argv[1] : "ncclinsp-example";
   const int iters = argc > 2 ? std::atoi(argv[2]) : 50;
   int ndev = 0;
