@@ -73,6 +73,10 @@ struct env_options {
   std::uint32_t detect_min_ops = 5;         ///< NCCLINSP_DETECT_MIN_OPS: ops per judged window
   std::uint32_t detect_persist_s = 9;       ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
   std::uint32_t detect_deep_pct = 60;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
+  // ---- callback capture (docs/traces.md) ----
+  std::string capture_dir;            ///< NCCLINSP_CAPTURE: record every callback into DIR/ncclinsp-<host>-<pid>.trace
+  std::uint64_t capture_max_mb = 256;  ///< NCCLINSP_CAPTURE_MAX_MB: the trace file's bound (later lines dropped, counted)
+  int capture_mask = 0;  ///< NCCLINSP_CAPTURE_MASK: event types added to NCCL's mask while capturing (4095: all of v5)
   bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
   std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----
@@ -220,6 +224,9 @@ inline env_options env_options::from_env(const log_fn& log, const getenv_fn& get
   e.integer("NCCLINSP_DETECT_MIN_OPS", o.detect_min_ops, 1, 1 << 20);
   e.integer("NCCLINSP_DETECT_PERSIST_S", o.detect_persist_s, 0, 3600);
   e.integer("NCCLINSP_DETECT_DEEP_PCT", o.detect_deep_pct, 1, 99);
+  e.string("NCCLINSP_CAPTURE", o.capture_dir);
+  e.integer("NCCLINSP_CAPTURE_MAX_MB", o.capture_max_mb, 1, 1 << 20);
+  e.integer("NCCLINSP_CAPTURE_MASK", o.capture_mask, 0, 0xFFFF);
   e.boolean("NCCLINSP_PROXY", o.proxy);
   e.integer("NCCLINSP_PROXY_SAMPLE", o.proxy_sample, 1, 1 << 20);
   if (const char* v = e.raw("NCCLINSP_DROP_LABELS")) {
@@ -281,6 +288,9 @@ inline std::string env_options::describe() const {
                             std::to_string(detect_persist_s) + "s or below " + std::to_string(detect_deep_pct) + "%"
                       : std::string("off"));
   kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
+  if (!capture_dir.empty())
+    kv("capture", capture_dir + " (max " + std::to_string(capture_max_mb) + " MiB, mask +" +
+                      std::to_string(capture_mask) + ")");
   return s;
 }
 

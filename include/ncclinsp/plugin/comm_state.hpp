@@ -135,6 +135,7 @@ struct comm_state {
   comm_handle handle = no_index;
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
+  int rank = 0;  // this rank in the communicator: a P2P op to it gets no KernelCh (event_adapter::start_p2p)
   detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the last reference
   // handle and gen are written by comm_registry::publish before the state is published.
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null

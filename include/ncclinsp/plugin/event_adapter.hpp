@@ -19,8 +19,9 @@
 ///  - Never a wrong number as GPU-timed, never a false hang, never a lost count: an op whose KernelCh
 ///    timestamps cannot be its own (a channel ending before the op began; a CUDA-graph replay
 ///    starting before its channel's last stop, an earlier work's device-ring slot), whose timing is
-///    its host enqueue only (CE, no channels), or for which no KernelCh can come (NCCL's live mask
-///    without KernelCh, a captured symmetric collective) is counted by that reason
+///    its host enqueue only (CE, no channels), or for which no KernelCh can come (Send/Recv to the
+///    rank itself, NCCL's live mask without KernelCh, a captured symmetric collective), or whose
+///    GPU span is longer than its host-observed life (a garbage timer value) is counted by that reason
 ///    (filter_reason) instead of published or left in flight. CollNet ops (nChannels 0) end with
 ///    the last channel that started. The mask NCCL passes to init is its process-wide one.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads; lookups follow comm_registry.hpp's
@@ -336,7 +337,11 @@ class event_adapter {
     if (!cfg().p2p) return abi::success;
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
-    const bool no_kernel_events = no_kernel_events_now();
+    // Send/Recv to this rank itself (also the self chunk of an all-to-all, Gather/Scatter's root):
+    // NCCL announces channels but makes no proxy op for it, so no KernelCh ever comes (real 2.28.9
+    // trace tests/traces/nccl-2.28.9-h200-onerank-cases.trace; enqueue.cc addP2pToPlan, proxy.cc
+    // ncclProxySaveOp). Settled at its stop, as with a mask without KernelCh.
+    const bool no_kernel_events = d->p2p.peer == cs->rank || no_kernel_events_now();
     const std::uint32_t idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
                                          no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;

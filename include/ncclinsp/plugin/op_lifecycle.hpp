@@ -49,6 +49,10 @@ inline void relaxed_max(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept
   if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
 }
 
+/// How much longer than its host-observed life an op's GPU span may be before it is rejected: the
+/// coarse clock's grain (a few ms), GPU and host clock rates, and the simulator's compressed time.
+inline constexpr std::uint64_t max_clock_grain_ns = 1'000'000'000;
+
 /// Begins, builds and frees the ops of every communicator (one per adapter).
 class op_lifecycle {
  public:
@@ -112,6 +116,7 @@ class op_lifecycle {
   /// that cannot be the op's (ts_reject), a span that is the host enqueue only (copy-engine
   /// collectives, ops without channels: enqueue_only), no GPU timestamps (no_gpu_timing).
   NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
+    const std::uint64_t began = s.started_at.load(std::memory_order_relaxed);
     s.started_at.store(0, std::memory_order_relaxed);
     std::uint8_t why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
     if (enqueue_only && !why) why = static_cast<std::uint8_t>(filter_reason::enqueue_only);
@@ -124,6 +129,13 @@ class op_lifecycle {
       r.channels = static_cast<std::uint16_t>(s.ch_started.load(std::memory_order_relaxed));
     const std::uint64_t glo = s.gpu_lo.load(std::memory_order_relaxed), ghi = s.gpu_hi.load(std::memory_order_relaxed);
     if (!s.gpu_missing.load(std::memory_order_relaxed) && glo && ghi > glo) {
+      // The kernel ran inside the op's host-observed life (its start to this last channel end): a
+      // longer GPU span is a garbage timer value (a KernelCh stop 584 years after its start was
+      // published as 0 GB/s). max_clock_grain_ns covers the coarse clock and rate differences.
+      if (ghi - glo > detail::coarse_ns() - began + max_clock_grain_ns) NCCLINSP_UNLIKELY {
+        col_.note_filtered(cs.handle, filter_reason::rejected_timestamps);
+        return;
+      }
       r.timing = timing_source::kernel_gpu;
       r.start_ns = glo;
       r.end_ns = ghi;

@@ -33,6 +33,7 @@
 #include "ncclinsp/detector.hpp"
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
+#include "ncclinsp/plugin/callback_recorder.hpp"
 #include "ncclinsp/plugin/comm_registry.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/device_identity.hpp"
@@ -58,6 +59,8 @@ class plugin_state {
   /// init configured it, else nullptr (NCCL sends no event before init; one that comes anyway is
   /// ignored).
   NCCLINSP_INLINE static event_adapter* events() noexcept { return events_.load(std::memory_order_acquire); }
+  /// The process-wide callback recorder when NCCLINSP_CAPTURE is set, else nullptr (hot: one load).
+  NCCLINSP_INLINE static callback_recorder* recorder() noexcept { return recorder_.load(std::memory_order_acquire); }
 
   /// A private state (tests, the fuzzer): the same init/finalize and callbacks through adapter(),
   /// never published to the exported tables. Destroy it only after its communicators finalized.
@@ -78,7 +81,11 @@ class plugin_state {
       std::lock_guard lk(mu_);
       if (logfn) logger_.store(logfn, std::memory_order_release);
       if (!configured_) configure(abi_version);
-      if (!opts_.enable) return abi::success;  // inert, as Inspector with NCCL_INSPECTOR_ENABLE unset
+      if (!opts_.enable) {  // inert, as Inspector with NCCL_INSPECTOR_ENABLE unset; capturing if asked
+        if (mask && capture_ && opts_.capture_mask)
+          std::atomic_ref<int>(*mask).store(opts_.capture_mask, std::memory_order_relaxed);
+        return abi::success;
+      }
       // No init returns an error: NCCL 2.30.3+ unloads the library on one (ncclProfilerPluginInit),
       // under every other live communicator. A communicator we cannot follow gets no context.
       if (!context || nranks <= 0 || rank < 0 || rank >= nranks || nnodes <= 0) {
@@ -91,6 +98,7 @@ class plugin_state {
       comm_state* cs = registry_.adopt(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
                                        opts_.proxy ? proxy_steps_per_comm : 0);
       cs->nranks = nranks;
+      cs->rank = rank;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
       const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(),
                                             .hash = hash,
@@ -117,6 +125,7 @@ class plugin_state {
         if (abi_version >= 6) m |= static_cast<int>(abi::ev_ce_coll);
         if (opts_.proxy)
           m |= static_cast<int>(abi::ev_proxy_op | abi::ev_proxy_step);  // bits 3 and 4 in every ABI version
+        if (capture_) m |= opts_.capture_mask;
         // NCCL's mask is one process-wide int that other threads read (atomically, relaxed) while
         // another communicator initializes: store it atomically too.
         std::atomic_ref<int>(*mask).store(m, std::memory_order_relaxed);
@@ -129,6 +138,10 @@ class plugin_state {
   }
 
   result_t finalize(void* context) noexcept {
+    if (capture_) {  // the lines so far reach the file (bounded: finalize never stalls teardown)
+      capture_->flush(std::chrono::milliseconds(50));
+      log_capture();
+    }
     try {
       comm_state* cs = registry_.from_context(context);
       if (!cs || forked_child_.load(std::memory_order_relaxed)) return abi::success;
@@ -174,6 +187,7 @@ class plugin_state {
   // get()'s state and its adapter, once configured (existing(), events()).
   static inline std::atomic<plugin_state*> instance_{nullptr};
   static inline std::atomic<event_adapter*> events_{nullptr};
+  static inline std::atomic<callback_recorder*> recorder_{nullptr};
   bool process_wide_ = false;  // made by get() (tests and the fuzzer make private ones)
 
   void configure(int abi_version) {
@@ -204,10 +218,36 @@ class plugin_state {
     banner += opts_.enable ? "; configuration:\n" + opts_.describe()
                            : "; disabled (set NCCL_INSPECTOR_ENABLE=1 or NCCLINSP_ENABLE=1)";
     log(log_level::info, banner);
+    if (!opts_.capture_dir.empty() && process_wide_) start_capture(abi_version);
     if (process_wide_) {  // events read what configure wrote
       instance_.store(this, std::memory_order_release);
       events_.store(&*adapter_, std::memory_order_release);
     }
+  }
+
+  /// NCCLINSP_CAPTURE: the callback recorder (cold, at the first init). NCCL's version comes from
+  /// ncclGetVersion when NCCL's symbols are visible to the process, else 0.
+  void start_capture(int abi_version) {
+    int nccl_version = 0;
+    if (auto fn = reinterpret_cast<int (*)(int*)>(::dlsym(RTLD_DEFAULT, "ncclGetVersion"))) fn(&nccl_version);
+    std::string error;
+    capture_ = callback_recorder::open(opts_.capture_dir, detail::host_name(), opts_.capture_max_mb << 20,
+                                       abi_version, nccl_version, error);
+    if (!capture_) {
+      log(log_level::warn, "NCCLINSP_CAPTURE: " + error + "; running without the capture");
+      return;
+    }
+    log(log_level::info, "capturing every profiler callback into " + capture_->path());
+    recorder_.store(capture_.get(), std::memory_order_release);
+  }
+  /// The capture's state at a finalize or at exit, in NCCL's log when it dropped lines.
+  void log_capture() noexcept {
+    if (!capture_) return;
+    const auto c = capture_->dropped_and_written();
+    if (c.ring_full + c.file_full + c.write_failed)
+      log(log_level::warn, "NCCLINSP_CAPTURE dropped lines (ring_full=" + std::to_string(c.ring_full) +
+                               " file_full=" + std::to_string(c.file_full) +
+                               " write_failed=" + std::to_string(c.write_failed) + ") in " + capture_->path());
   }
 
   void start_exporter() {
@@ -233,6 +273,7 @@ class plugin_state {
 
   void exit_flush() noexcept {
     if (forked_child_.load(std::memory_order_relaxed)) return;
+    if (capture_) capture_->close();  // NCCL's late lines are dropped and counted after this
     std::vector<exporter<collector<>>*> pending;
     {
       std::lock_guard lk(mu_);
@@ -276,6 +317,7 @@ class plugin_state {
   std::optional<event_adapter> adapter_;
   std::unique_ptr<change_detector> detector_;  // exporter thread only
   std::unique_ptr<exporter<collector<>>> exporter_;
+  std::unique_ptr<callback_recorder> capture_;  // NCCLINSP_CAPTURE; never destroyed while NCCL may call
   std::atomic<abi::logger_t> logger_{nullptr};
   std::uint32_t live_comms_ = 0;
   std::atomic<bool> forked_child_{false};
