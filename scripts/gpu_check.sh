@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# The GPU check (README "The two commands"): the plugin on real NCCL. Builds the profiler plugin and
-# examples/nccl_wrappers against this machine's CUDA and NCCL, then
-#  1. runs an AllReduce / AllGather / ReduceScatter sweep (8 B .. 1 GiB, every local GPU, one
-#     process) with the plugin off and on: the plugin's busbw (from its .prom files) against the
-#     example's own CUDA-event busbw, the plugin's overhead (on vs off), finalize time, drops;
-#  2. runs the event-path cases (examples/nccl_wrappers/cases.hpp) with the plugin on: eager P2P,
-#     eager AllReduce, grouped ops (several Send/Recv and AllReduce in one ncclGroupStart/End), a
-#     CUDA graph captured once and replayed, and replays mixed with eager launches on one
-#     communicator; it checks that every op is counted once, none is left in flight, no event is
-#     dropped, and that no GPU-timed number belongs to another work (the replay/eager desync of
-#     NCCL <= 2.31.0a0, docs/nccl-versions.md).
-# One GPU (a lent single-H200 machine) means one-rank communicators. NCCL's one-rank path
-# (enqueue.cc taskAppend -> ncclLaunchOneRank, every release 2.27 .. 2.31.2) runs a collective as a
-# cudaMemcpyAsync (nothing when in place; a small non-profiled kernel for PreMulSum and ncclAvg on
-# floats) before any profiler call: no GroupApi, CollApi, Coll or KernelCh event, so the plugin
-# sees no collective at all (the sweep's table shows "-"; busbw is 0 by definition for n = 1).
-# Send/Recv to itself does go through an NCCL kernel (out of place; in place is skipped with no
-# P2p event): P2p events with KernelCh, GPU-timed; the cases use them on one GPU. What one GPU
-# cannot show is printed at the end.
-# Exit: 0 pass, 1 a check failed, 77 skipped (nvidia-smi finds no GPU). Bound: ~8 min on one node
-# (sweeps at most 200 s each, cases at most 90 s; typically a few minutes in all).
-#   bash scripts/gpu_check.sh [build-dir]
-# Environment: CUDAToolkit_ROOT / NCCL_HOME to pick the toolkit and NCCL; GPU_CHECK_MIN_BYTES,
-# GPU_CHECK_MAX_BYTES (8, 1073741824), GPU_CHECK_TARGET_MS (time per point, 50),
-# GPU_CHECK_ALLOW_NCCL_DESYNC=1 (report, not fail, the mixed case's foreign KernelCh timestamps on
-# NCCL < 2.31.2, where NCCL itself pairs them wrongly).
+# The GPU check (README "The two commands"): the plugin inside real NCCL on this machine's GPUs.
+# It builds the profiler plugin, a do-nothing profiler plugin (scripts/gpu_check/noop_profiler.c),
+# examples/nccl_wrappers and, when the tree has it, ncclinsp-replay, against this machine's CUDA
+# and NCCL, then runs:
+#  1. sweep: AllReduce / AllGather / ReduceScatter from GPU_CHECK_MIN_BYTES to GPU_CHECK_MAX_BYTES
+#     on every local GPU (one process) as an interleaved A/B/C: no plugin, the do-nothing plugin,
+#     ncclinsp. A warm-up round is discarded, then GPU_CHECK_ROUNDS rounds run the three in
+#     rotating order. Per size: the median on/off and noop/off time ratios with their min..max;
+#     overhead is flagged where the median on/off exceeds 1 + GPU_CHECK_OVERHEAD_PCT/100 and the
+#     largest noop/off (the noise between two arms that should be equal). With several GPUs, the
+#     .prom bus bandwidth against the example's CUDA-event bus bandwidth.
+#  2. cases: eager, grouped, CUDA-graph and mixed Send/Recv and AllReduce (examples/nccl_wrappers/
+#     cases.hpp) with ncclinsp recording every callback (NCCLINSP_CAPTURE, all v5 event types).
+#     Every op NCCL announced (a Coll or P2p start in the trace) is GPU-timed
+#     (ncclinsp_ops_total) or counted under a filter reason (ncclinsp_filtered_ops_total); none is
+#     left in flight or abandoned, no event is dropped.
+#  3. multi-rank: the cases with two ranks on GPU 0 over the socket transport (NCCL_P2P_DISABLE=1,
+#     NCCL_SHM_DISABLE=1: ProxyOp/ProxyStep events), where NCCL allows two ranks on one GPU (2.30+,
+#     NCCL_MULTI_RANK_GPU_ENABLE=1); otherwise it says why it is skipped.
+#  4. traces: each case's trace is copied to $OUT/traces-to-commit/nccl-<version>-<gpu>-<case>.trace
+#     and replayed through the plugin on the CPU (ncclinsp-replay), whose .prom files must pass the
+#     same check.
+# One GPU means one-rank communicators. There NCCL (2.27 .. 2.31) runs a collective as a copy
+# before any profiler call (no event at all: the collectives are not expected in the counts), and a
+# Send/Recv to the rank itself sends GroupApi, P2pApi, KernelLaunch, Group and P2p events but no
+# KernelCh and no ProxyOp (tests/traces/nccl-2.28.9-h200-onerank-cases.trace): no GPU time can
+# come, the plugin counts the op under filter reason no_kernel_events. A captured self Send/Recv
+# announces itself once, at capture; its replays send nothing.
+# Exit: 0 pass, 1 a check failed, 77 skipped (nvidia-smi finds no GPU; nothing is built). Every
+# step has a timeout; about 4 minutes on one H200 (bound: 6).
+#   bash scripts/gpu_check.sh [build-dir]           (default build-gpu-check; results in <build-dir>/gpu-check)
+# Environment: CUDAToolkit_ROOT / NCCL_HOME (the toolkit and NCCL to build against);
+# GPU_CHECK_NCCL_LIB=/path/libnccl.so.2 (the NCCL to run with: its directory goes first on
+# LD_LIBRARY_PATH); GPU_CHECK_MIN_BYTES, GPU_CHECK_MAX_BYTES (8, 1073741824); GPU_CHECK_TARGET_MS
+# (time per sweep point, 20); GPU_CHECK_ROUNDS (5); GPU_CHECK_OVERHEAD_PCT (1);
+# GPU_CHECK_STRICT_OVERHEAD=1 (flagged overhead fails the check); GPU_CHECK_ALLOW_NCCL_DESYNC=1
+# (report, not fail, the mixed case's foreign KernelCh timestamps on NCCL < 2.31.2, where NCCL
+# itself pairs them wrongly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,292 +46,179 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
   exit 77
 fi
 nvidia-smi -L
+NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+GPU_MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | tr '[:upper:]' '[:lower:]' | sed -e 's/^nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/-$//')
 
-BUILD=${1:-build-gpu-check}
+BUILD=$(realpath -m "${1:-build-gpu-check}")
 OUT=$BUILD/gpu-check
 MIN=${GPU_CHECK_MIN_BYTES:-8}
 MAX=${GPU_CHECK_MAX_BYTES:-1073741824}
-TARGET_MS=${GPU_CHECK_TARGET_MS:-50}
-command -v python3 >/dev/null || { echo "FAIL: python3 is needed for the table"; exit 1; }
+TARGET_MS=${GPU_CHECK_TARGET_MS:-20}
+ROUNDS=${GPU_CHECK_ROUNDS:-5}
+TABLE=$ROOT/scripts/gpu_check/table.py
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed for the tables"; exit 1; }
+if [ -n "${GPU_CHECK_NCCL_LIB:-}" ]; then
+  [ -f "$GPU_CHECK_NCCL_LIB" ] || { echo "FAIL: GPU_CHECK_NCCL_LIB=$GPU_CHECK_NCCL_LIB is not a file"; exit 1; }
+  nccl_dir=$(dirname "$(realpath "$GPU_CHECK_NCCL_LIB")")
+  export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# Nothing of the caller's plugin setup reaches a run: each run sets what it needs.
+unset NCCL_PROFILER_PLUGIN NCCLINSP_ENABLE NCCLINSP_CAPTURE NCCLINSP_CAPTURE_MASK NCCLINSP_PROM_KEEP_FILES
+for v in $(compgen -e | grep '^NCCL_INSPECTOR_' || true); do unset "$v"; done
 
 start=$SECONDS
-echo "== build (plugin + nccl_wrappers_example, Release)"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLINSP_BUILD_TESTS=OFF -DNCCLINSP_BUILD_SIM=OFF \
-  -DNCCLINSP_BUILD_BENCH=OFF -DNCCLINSP_BUILD_TOOLS=OFF -DNCCLINSP_BUILD_EXAMPLES=ON >"$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log"; exit 1; }
-grep -E "examples: " "$BUILD.configure.log" || true
-cmake --build "$BUILD" -j "$(nproc)" --target nccl-profiler-ncclinsp
-if ! cmake --build "$BUILD" -j "$(nproc)" --target nccl_wrappers_example; then
-  echo "FAIL: examples/nccl_wrappers did not build (CUDA Toolkit and NCCL found? set CUDAToolkit_ROOT / NCCL_HOME)"
-  exit 1
-fi
-PLUGIN=$(find "$ROOT/$BUILD" -name 'libnccl-profiler-ncclinsp.so' -print -quit)
-EXAMPLE=$ROOT/$BUILD/examples/nccl_wrappers_example
-rm -rf "$OUT" && mkdir -p "$OUT/prom"
-
-echo "== sweep, plugin off (+$((SECONDS - start)) s)"
-env -u NCCL_PROFILER_PLUGIN NCCL_INSPECTOR_ENABLE=0 NCCLINSP_ENABLE=0 \
-  timeout 200 "$EXAMPLE" --sweep "$MIN" "$MAX" "$TARGET_MS" >"$OUT/off.tsv" 2>"$OUT/off.err" ||
-  { cat "$OUT/off.err"; echo "FAIL: sweep without the plugin"; exit 1; }
-echo "== sweep, plugin on (+$((SECONDS - start)) s)"
-NCCL_PROFILER_PLUGIN=$PLUGIN NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_PROM_DUMP=1 NCCL_INSPECTOR_DUMP_DIR=$ROOT/$OUT/prom \
-  NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES=0 NCCLINSP_NODE_NAME=gpu-check \
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,PROFILE \
-  timeout 200 "$EXAMPLE" --sweep "$MIN" "$MAX" "$TARGET_MS" >"$OUT/on.tsv" 2>"$OUT/on.err" ||
-  { tail -50 "$OUT/on.err"; echo "FAIL: sweep with the plugin"; exit 1; }
-grep -i "ncclinsp\|profiler" "$OUT/on.err" | head -5 || true
-echo "== table (+$((SECONDS - start)) s)"
-
+step() { echo "== $* (+$((SECONDS - start)) s)"; }
 rc=0
-python3 - "$OUT" <<'EOF' || rc=$?
-import glob, math, os, re, sys
-out = sys.argv[1]
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
 
-def size_of(s):
-    m = re.fullmatch(r"(\d+)(B|KiB|MiB|GiB|TiB|PiB|EiB)", s)
-    return int(m.group(1)) * UNITS[m.group(2)] if m else None
+step "build (plugin, do-nothing plugin, nccl_wrappers_example, ncclinsp-replay if present; Release)"
+mkdir -p "$BUILD"
+timeout 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLINSP_BUILD_TESTS=OFF -DNCCLINSP_BUILD_SIM=OFF \
+  -DNCCLINSP_BUILD_BENCH=OFF -DNCCLINSP_BUILD_TOOLS=ON -DNCCLINSP_BUILD_EXAMPLES=ON >"$BUILD/configure.log" 2>&1 ||
+  { cat "$BUILD/configure.log"; echo "FAIL: cmake configure"; exit 1; }
+grep -E "examples: " "$BUILD/configure.log" || true
+timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target nccl-profiler-ncclinsp >"$BUILD/build.log" 2>&1 ||
+  { tail -30 "$BUILD/build.log"; echo "FAIL: the plugin did not build"; exit 1; }
+timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target nccl_wrappers_example >>"$BUILD/build.log" 2>&1 ||
+  { tail -30 "$BUILD/build.log"; echo "FAIL: examples/nccl_wrappers did not build (CUDA Toolkit and NCCL found? set CUDAToolkit_ROOT / NCCL_HOME)"; exit 1; }
+REPLAY=
+if cmake --build "$BUILD" --target help 2>/dev/null | grep -q '^ncclinsp-replay:'; then
+  if timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target ncclinsp-replay >>"$BUILD/build.log" 2>&1; then
+    REPLAY=$BUILD/bin/ncclinsp-replay
+  else
+    tail -30 "$BUILD/build.log"
+    echo "FAIL: ncclinsp-replay did not build"
+    rc=1
+  fi
+fi
+PLUGIN=$BUILD/lib/libnccl-profiler-ncclinsp.so
+NOOP=$BUILD/lib/libnccl-profiler-noop.so
+EXAMPLE=$BUILD/examples/nccl_wrappers_example
+${CC:-cc} -shared -fPIC -O2 -o "$NOOP" scripts/gpu_check/noop_profiler.c || { echo "FAIL: the do-nothing plugin did not build"; exit 1; }
+[ -f "$PLUGIN" ] || { echo "FAIL: no $PLUGIN after the build"; exit 1; }
 
-def read_sweep(path):
-    points, meta = {}, {}
-    for line in open(path):
-        f = line.rstrip("\n").split("\t")
-        if f[0] == "sweep":
-            points[(f[1], int(f[2]))] = {"rank_bytes": int(f[3]), "iters": int(f[4]), "us": float(f[5]), "busbw": float(f[6])}
-        elif len(f) == 2:
-            meta[f[0]] = float(f[1])
-    return points, meta
+rm -rf "$OUT" && mkdir -p "$OUT"
+timeout 60 "$EXAMPLE" --version >"$OUT/version.tsv" 2>&1 || { cat "$OUT/version.tsv"; echo "FAIL: nccl_wrappers_example --version"; exit 1; }
+NCCL_CODE=$(awk '$1 == "runtime_nccl" {print $2}' "$OUT/version.tsv")
+NCCL_HDR=$(awk '$1 == "nccl" {print $2}' "$OUT/version.tsv")
+version_of() { echo "$(($1 / 10000)).$(($1 % 10000 / 100)).$(($1 % 100))"; }
+NCCL_VERSION=$(version_of "$NCCL_CODE")
+echo "NCCL $NCCL_VERSION loaded (headers $(version_of "$NCCL_HDR"))${GPU_CHECK_NCCL_LIB:+ from $GPU_CHECK_NCCL_LIB}; $NGPU GPU(s), $GPU_MODEL"
 
-off, off_meta = read_sweep(os.path.join(out, "off.tsv"))
-on, on_meta = read_sweep(os.path.join(out, "on.tsv"))
+# The plugin's settings for every ncclinsp run whose files are read: its .prom files stay after exit.
+plugin_env() {  # plugin_env DUMP_DIR: sets PENV, NAME=VALUE words for env
+  PENV=("NCCL_PROFILER_PLUGIN=$PLUGIN" NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_PROM_DUMP=1 "NCCL_INSPECTOR_DUMP_DIR=$1"
+    NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES=0
+    NCCLINSP_PROM_KEEP_FILES=1 NCCLINSP_NODE_NAME=gpu-check)
+}
 
-# Per rank (file) and (collective, bucket [lo, hi)): bus bytes, busy seconds, ops; drops per file.
-sample = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
-label = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-cells, drops, files = {}, 0.0, sorted(glob.glob(os.path.join(out, "prom", "*.prom")))
-for path in files:
-    for line in open(path):
-        m = sample.match(line.strip())
-        if not m:
-            continue
-        fam, labels, value = m.group(1), dict(label.findall(m.group(2))), float(m.group(3))
-        if fam == "ncclinsp_dropped_events_total":
-            drops += value
-        if fam not in ("ncclinsp_bus_bytes_total", "ncclinsp_busy_seconds_total", "ncclinsp_ops_total"):
-            continue
-        lo, _, hi = labels.get("message_size", "").partition("-")
-        lo, hi = size_of(lo), size_of(hi)
-        if lo is None or hi is None:
-            continue
-        c = cells.setdefault((path, labels.get("collective"), lo, hi), {})
-        c[fam] = c.get(fam, 0.0) + value
-
-def prom_busbw(coll, rank_bytes):
-    """Mean over ranks of bus bytes / busy seconds in the bucket holding rank_bytes (GB/s), ops per rank."""
-    vals, ops = [], []
-    for (path, c, lo, hi), v in cells.items():
-        if c == coll and lo <= rank_bytes < hi and v.get("ncclinsp_busy_seconds_total", 0) > 0:
-            vals.append(v.get("ncclinsp_bus_bytes_total", 0.0) / v["ncclinsp_busy_seconds_total"] / 1e9)
-            ops.append(v.get("ncclinsp_ops_total", 0.0))
-    return (sum(vals) / len(vals), sum(ops) / len(ops)) if vals else (None, 0)
-
-def fmt_size(b):
-    for u in ("GiB", "MiB", "KiB"):
-        if b >= UNITS[u]:
-            return "%g %s" % (b / UNITS[u], u)
-    return "%d B" % b
-
-ranks = int(on_meta.get("ranks", 0))
-print("%d GPU(s), %d .prom file(s); busbw in GB/s; time per op in us (CUDA events, slowest GPU)" % (ranks, len(files)))
-hdr = ("collective", "size", "iters", "t off", "t on", "busbw off", "busbw on", "busbw .prom", ".prom vs on", "overhead")
-print("%-13s %9s %5s %10s %10s %9s %9s %11s %11s %9s" % hdr)
-fail, over_goal = [], []
-for (coll, total), p_on in sorted(on.items(), key=lambda kv: (kv[0][0] != "AllReduce", kv[0][0], kv[0][1])):
-    p_off = off.get((coll, total))
-    pb, ops = prom_busbw(coll, p_on["rank_bytes"])
-    agree = overhead = None
-    if pb is not None and p_on["busbw"] > 0:
-        agree = (pb - p_on["busbw"]) / p_on["busbw"] * 100
-    if p_off:
-        overhead = (p_on["us"] - p_off["us"]) / p_off["us"] * 100
-    big = total >= (1 << 20)
-    flag = ""
-    if big and ranks > 1 and (agree is None or abs(agree) > 5):
-        flag += " DISAGREE"
-        fail.append("%s %s: .prom busbw %s vs %.1f" % (coll, fmt_size(total), "missing" if pb is None else "%.1f" % pb, p_on["busbw"]))
-    if big and overhead is not None and overhead > 1:
-        flag += " OVERHEAD"
-        over_goal.append("%s %s: %+.2f%%" % (coll, fmt_size(total), overhead))
-    print("%-13s %9s %5d %10.1f %10.1f %9.2f %9.2f %11s %11s %9s%s" % (
-        coll, fmt_size(total), p_on["iters"], p_off["us"] if p_off else float("nan"), p_on["us"],
-        p_off["busbw"] if p_off else float("nan"), p_on["busbw"], "-" if pb is None else "%.2f" % pb,
-        "-" if agree is None else "%+.1f%%" % agree, "-" if overhead is None else "%+.2f%%" % overhead, flag))
-print()
-print("finalize (ncclCommDestroy of %d communicators): %.1f ms with the plugin, %.1f ms without" % (
-    ranks, on_meta.get("destroy_ms", float("nan")), off_meta.get("destroy_ms", float("nan"))))
-print("init (ncclCommInitAll): %.1f ms with the plugin, %.1f ms without" % (on_meta.get("init_ms", float("nan")), off_meta.get("init_ms", float("nan"))))
-print("ncclinsp_dropped_events_total (all files): %d" % drops)
-if not files:
-    fail.append("no .prom file written (was the plugin loaded? see %s/on.err)" % out)
-if drops:
-    fail.append("%d events dropped" % drops)
-if ranks < 2:
-    print("note: one GPU: bus bandwidth is 0 by definition (factor (n-1)/n), only times are compared")
-if over_goal:
-    print("overhead above the 1%% goal at >= 1 MiB (%d points): %s" % (len(over_goal), "; ".join(over_goal)))
-if fail:
-    print("FAIL: " + "; ".join(fail))
-    sys.exit(1)
-print("PASS: .prom busbw within 5% of the CUDA-event busbw for every size >= 1 MiB, no drops")
-EOF
-
-echo "== cases: eager, grouped, CUDA graph replays, replays mixed with eager launches (+$((SECONDS - start)) s)"
-mkdir -p "$OUT/prom-cases"
-crc=0
-NCCL_PROFILER_PLUGIN=$PLUGIN NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_PROM_DUMP=1 NCCL_INSPECTOR_DUMP_DIR=$ROOT/$OUT/prom-cases \
-  NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000 NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES=0 NCCLINSP_NODE_NAME=gpu-check \
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,PROFILE \
-  timeout 90 "$EXAMPLE" --cases >"$OUT/cases.tsv" 2>"$OUT/cases.err" || crc=$?
-if [ "$crc" != 0 ]; then
-  tail -30 "$OUT/cases.err"
-  echo "FAIL: the cases program exited with $crc (124: it ran past 90 s)"
-  rc=1
-else
-  python3 - "$OUT" <<'EOF' || rc=1
-import glob, os, re, sys
-out = sys.argv[1]
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-
-def size_of(s):
-    m = re.fullmatch(r"(\d+)(B|KiB|MiB|GiB|TiB)", s)
-    return int(m.group(1)) * UNITS[m.group(2)] if m else None
-
-def fmt_size(b):
-    for u in ("GiB", "MiB", "KiB"):
-        if b >= UNITS[u]:
-            return "%g %s" % (b / UNITS[u], u)
-    return "%d B" % b
-
-lines, meta = [], {}
-for line in open(os.path.join(out, "cases.tsv")):
-    f = line.rstrip("\n").split("\t")
-    if f[0] == "case":
-        lines.append({"phase": f[1], "coll": f[2], "bytes": int(f[3]), "ops": int(f[4]), "us": float(f[5])})
-    elif len(f) == 2:
-        meta[f[0]] = int(f[1])
-ranks = meta.get("ranks", 0)
-
-sample = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
-label = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-files = sorted(glob.glob(os.path.join(out, "prom-cases", "*.prom")))
-cells, totals, abi = {}, {}, set()
-for path in files:
-    for line in open(path):
-        m = sample.match(line.strip())
-        if not m:
-            continue
-        fam, labels, value = m.group(1), dict(label.findall(m.group(2))), float(m.group(3))
-        if fam == "ncclinsp_info":
-            abi.add(labels.get("abi", "?"))
-        if fam in ("ncclinsp_dropped_events_total", "ncclinsp_filtered_ops_total", "ncclinsp_invalid_ops_total",
-                   "ncclinsp_abandoned_ops_total", "ncclinsp_inflight_ops", "ncclinsp_oldest_inflight_age_seconds"):
-            key = fam + ("{%s}" % labels["reason"] if "reason" in labels else "")
-            totals[key] = totals.get(key, 0.0) + value
-        if fam in ("ncclinsp_ops_total", "ncclinsp_busy_seconds_total"):
-            lo, _, hi = labels.get("message_size", "").partition("-")
-            lo, hi = size_of(lo), size_of(hi)
-            if lo is None or hi is None:
-                continue
-            c = cells.setdefault((labels.get("collective"), lo, hi), {})
-            c[fam] = c.get(fam, 0.0) + value
-
-def plugin(coll, nbytes):
-    """Ops per rank and mean GPU-timed time per op (us) in the bucket holding nbytes."""
-    for (c, lo, hi), v in cells.items():
-        if c == coll and lo <= nbytes < hi:
-            ops = v.get("ncclinsp_ops_total", 0.0)
-            us = v.get("ncclinsp_busy_seconds_total", 0.0) / ops * 1e6 if ops else None
-            return ops / max(ranks, 1), us
-    return 0.0, None
-
-fail, notes = [], []
-print("NCCL %s (headers %s), %d rank(s) per communicator, plugin ABI %s, %d .prom file(s)" % (
-    meta.get("runtime_nccl", "?"), meta.get("nccl", "?"), ranks, ",".join(sorted(abi)) or "?", len(files)))
-print("%-10s %-9s %9s %7s %8s %10s %11s  %s" % ("case", "collective", "size", "issued", "counted", "t CUDA us", "t .prom us", "verdict"))
-gap = 0.0
-for l in lines:
-    ops, us = plugin(l["coll"], l["bytes"])
-    coll_one_rank = ranks == 1 and l["coll"] not in ("Send", "Recv")
-    expect = 0 if coll_one_rank else l["ops"]
-    verdict = "ok"
-    if coll_one_rank:
-        verdict = "no event (one rank)" if ops == 0 else "EVENTS on one rank"
-        if ops:
-            notes.append("NCCL emitted events for a one-rank %s: enqueue.cc's one-rank path changed; update docs/nccl-versions.md" % l["coll"])
-    elif ops > expect:
-        verdict = "EXTRA"
-        fail.append("%s %s %s: %.0f counted for %d issued (counted twice?)" % (l["phase"], l["coll"], fmt_size(l["bytes"]), ops, expect))
-    elif ops < expect:
-        verdict = "short"
-        gap += (expect - ops) * max(ranks, 1)
-    if us is not None and l["us"] > 0 and not coll_one_rank:
-        small_replay = l["phase"] == "mixed" and l["bytes"] < (1 << 20)
-        if small_replay and us > 1.5 * l["us"]:
-            verdict = "DESYNC"
-            fail.append("mixed %s %s: %.1f us GPU-timed, longer than the whole replay (%.1f us): another work's KernelCh timestamps" % (
-                l["coll"], fmt_size(l["bytes"]), us, l["us"]))
-        elif l["phase"] == "mixed" and not small_replay and us < 0.5 * l["us"]:
-            verdict = "DESYNC"
-            fail.append("mixed %s %s: %.1f us GPU-timed for %.1f us of CUDA-event time: another work's KernelCh timestamps" % (
-                l["coll"], fmt_size(l["bytes"]), us, l["us"]))
-        elif l["phase"].startswith("eager") and l["bytes"] >= (64 << 20) and abs(us - l["us"]) > 0.1 * l["us"]:
-            verdict = "DISAGREE"
-            fail.append("%s %s %s: %.1f us in .prom vs %.1f us by CUDA events" % (l["phase"], l["coll"], fmt_size(l["bytes"]), us, l["us"]))
-    print("%-10s %-9s %9s %7d %8.0f %10s %11s  %s" % (l["phase"], l["coll"], fmt_size(l["bytes"]), expect, ops,
-          "-" if l["us"] < 0 else "%.1f" % l["us"], "-" if us is None else "%.1f" % us, verdict))
-settled = sum(v for k, v in totals.items() if k.startswith(("ncclinsp_filtered_ops_total", "ncclinsp_invalid_ops_total", "ncclinsp_abandoned_ops_total")))
-drops = sum(v for k, v in totals.items() if k.startswith("ncclinsp_dropped_events_total"))
-print()
-print("settled without a GPU time (filtered, invalid, abandoned): %s" % (
-    ", ".join("%s %d" % (k.replace("ncclinsp_", ""), v) for k, v in sorted(totals.items()) if v and "inflight" not in k) or "none"))
-if gap > settled:
-    fail.append("%d op(s) neither counted nor settled by a reason (lost)" % (gap - settled))
-elif gap:
-    notes.append("%d op(s) settled without a GPU time instead of counted (see the reasons above)" % gap)
-if totals.get("ncclinsp_inflight_ops", 0) or totals.get("ncclinsp_oldest_inflight_age_seconds", 0):
-    fail.append("ops still in flight in the final files (a false hang signal)")
-if drops:
-    fail.append("%d events dropped" % drops)
-if not files:
-    fail.append("no .prom file written (was the plugin loaded? see %s/cases.err)" % out)
-desync = [f for f in fail if f.startswith("mixed")]
-if desync and os.environ.get("GPU_CHECK_ALLOW_NCCL_DESYNC") == "1" and meta.get("runtime_nccl", 0) < 23102:
-    fail = [f for f in fail if not f.startswith("mixed")]
-    notes.append("GPU_CHECK_ALLOW_NCCL_DESYNC=1: the mixed-case DESYNC is reported, not failed, on NCCL < 2.31.2")
-if desync:
-    notes.append("DESYNC is the documented NCCL <= 2.31.0a0 behaviour (proxy.cc SaveProxyProfiler advances the host work "
-                 "counter at a replay only while comm->planner.persistent, which an eager launch clears); the plugin's "
-                 "rule is to reject such timestamps and count the op, never to publish them as GPU-timed")
-for n in notes:
-    print("note: " + n)
-if fail:
-    print("FAIL (cases): " + "; ".join(fail))
-    sys.exit(1)
-print("PASS (cases): every op counted once or settled by a reason, none in flight, no drops%s" % (
-    " (foreign timestamps allowed, see the note)" if desync else ", no foreign timestamps"))
-EOF
+# ---- 1. sweep: no plugin / do-nothing plugin / ncclinsp, interleaved ----------------------------
+step "sweep $MIN..$MAX B: warm-up round, then $ROUNDS rounds of off / noop / on in rotating order"
+SWEEP=$OUT/sweep
+mkdir -p "$SWEEP"
+arms=(off noop on)
+sweep_run() {  # sweep_run ROUND ARM
+  local k=$1 arm=$2
+  PENV=()
+  case $arm in
+    noop) PENV=("NCCL_PROFILER_PLUGIN=$NOOP") ;;
+    on) mkdir -p "$SWEEP/prom-r$k" && plugin_env "$SWEEP/prom-r$k" ;;
+  esac
+  env "${PENV[@]}" timeout 120 "$EXAMPLE" --sweep "$MIN" "$MAX" "$TARGET_MS" \
+    >"$SWEEP/r$k-$arm.tsv" 2>"$SWEEP/r$k-$arm.err"
+}
+sweep_ok=1
+for k in $(seq 0 "$ROUNDS"); do
+  order=()
+  for i in 0 1 2; do order+=("${arms[$(((k + i) % 3))]}"); done
+  for arm in "${order[@]}"; do
+    if ! sweep_run "$k" "$arm"; then
+      tail -20 "$SWEEP/r$k-$arm.err"
+      echo "FAIL: sweep round $k, arm $arm (exit 124: past 120 s)"
+      sweep_ok=0 rc=1
+      break 2
+    fi
+  done
+  echo "  round $k (${order[*]}) done (+$((SECONDS - start)) s)"
+done
+if [ "$sweep_ok" = 1 ]; then
+  step "sweep table"
+  strict=()
+  [ "${GPU_CHECK_STRICT_OVERHEAD:-0}" = 1 ] && strict=(--strict-overhead)
+  python3 "$TABLE" sweep "$SWEEP" --threshold-pct "${GPU_CHECK_OVERHEAD_PCT:-1}" "${strict[@]}" || rc=1
 fi
 
-echo "== what this machine cannot check"
-NGPU=$(nvidia-smi -L | grep -c '^GPU ' || true)
+# ---- 2, 3. cases, recorded -----------------------------------------------------------------------
+TRACES=()  # case name = its directory
+cases_run() {  # cases_run NAME [--multi-rank N] [VAR=VALUE...]: runs the cases into $OUT/NAME and checks them
+  local name=$1 dir=$OUT/$1 args=() crc=0
+  shift
+  if [ "${1:-}" = --multi-rank ]; then args=(--multi-rank "$2"); shift 2; fi
+  mkdir -p "$dir/prom" "$dir/traces"
+  plugin_env "$dir/prom"
+  env "${PENV[@]}" NCCLINSP_CAPTURE="$dir/traces" NCCLINSP_CAPTURE_MASK=4095 \
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,PROFILE "$@" \
+    timeout 150 "$EXAMPLE" --cases "${args[@]}" >"$dir/cases.tsv" 2>"$dir/cases.err" || crc=$?
+  grep -hoE "ncclinsp [^ ]+ loaded through profiler ABI v[0-9]+" "$dir/cases.err" | head -1 | sed 's/^/profiler: /' || true
+  grep -hiE "NCCL version|PROFILER/Plugin" "$dir/cases.err" | head -3 || true
+  if [ "$crc" != 0 ]; then
+    tail -30 "$dir/cases.err"
+    echo "FAIL: the cases program ($name) exited with $crc (124: past 150 s)"
+    return 1
+  fi
+  local desync=()
+  [ "${GPU_CHECK_ALLOW_NCCL_DESYNC:-0}" = 1 ] && desync=(--allow-desync)
+  TRACES+=("$name")
+  python3 "$TABLE" cases "$dir" "${desync[@]}"
+}
+if [ "$NGPU" -le 1 ]; then CASE=onerank-cases; else CASE=${NGPU}gpu-cases; fi
+step "cases ($CASE): eager, grouped, CUDA-graph replays, replays mixed with eager launches; callbacks recorded"
+cases_run "$CASE" || rc=1
+
+MULTI=tworank-onegpu-socket-cases
+if [ "$NCCL_CODE" -lt 23000 ]; then
+  step "multi-rank: skipped: NCCL $NCCL_VERSION < 2.30: two ranks per GPU need NCCL_MULTI_RANK_GPU_ENABLE (2.30+); GPU_CHECK_NCCL_LIB picks another NCCL"
+  MULTI=
+else
+  step "multi-rank ($MULTI): two ranks on GPU 0, socket transport (ProxyOp/ProxyStep)"
+  cases_run "$MULTI" --multi-rank 2 NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+    NCCL_SOCKET_IFNAME=lo || rc=1
+  f=$(find "$OUT/$MULTI/traces" -name '*.trace' -print -quit)
+  if [ -n "$f" ]; then
+    echo "proxy events in the trace: $(awk '$1 == "S" && ($6 == 8 || $6 == 16) {n++} END {print n + 0}' "$f") ProxyOp/ProxyStep starts"
+  fi
+fi
+
+# ---- 4. traces: to commit, and replayed on the CPU ------------------------------------------------
+step "traces"
+mkdir -p "$OUT/traces-to-commit"
+for name in "${TRACES[@]}"; do
+  n=0
+  for f in "$OUT/$name"/traces/*.trace*; do  # one per process; a second one gets a .N suffix
+    [ -f "$f" ] || continue
+    sfx=
+    [ "$n" -gt 0 ] && sfx=.$n
+    dest=$OUT/traces-to-commit/nccl-$NCCL_VERSION-$GPU_MODEL-$name$sfx.trace
+    cp "$f" "$dest"
+    echo "$dest: $(grep -c '^[ISERF] ' "$dest") callbacks ($(head -1 "$dest" | grep '^#' || echo 'no header'))"
+    if [ -n "$REPLAY" ]; then
+      echo "-- replayed through the plugin on the CPU"
+      bash scripts/gpu_check/replay_cases.sh "$REPLAY" "$PLUGIN" "$dest" "$OUT/$name/cases.tsv" "$OUT/replay-$name$sfx" || rc=1
+    fi
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ] || { echo "FAIL: no trace recorded for $name (NCCLINSP_CAPTURE=$OUT/$name/traces)"; rc=1; }
+done
+[ -n "$REPLAY" ] || echo "replay skipped: this tree has no ncclinsp-replay target"
+echo "traces to commit (tests/traces/): $OUT/traces-to-commit/"
+
+echo "== what this machine does not check"
 if [ "$NGPU" -le 1 ]; then
   cat <<'EOF'
 One GPU: every communicator has one rank. Not checked here (simulator and conformance tests only):
- - collectives' events and bus bandwidth (one-rank collectives emit no event at all); Broadcast
-   counter drift (2.29+), batch-shared timestamps of grouped collectives
- - a straggler or a hung peer (no peer): arrival skew, transitive hangs, the hang alerts
- - anything on the network: ProxyOp / ProxyStep / NetPlugin events, proxy wait states, re-started
-   recv steps, PXN, NIC and fabric degradation
+ - collectives' events and bus bandwidth (one-rank collectives send no event at all), unless the
+   multi-rank case ran; Broadcast counter drift (2.29+), batch-shared timestamps of grouped collectives
+ - a straggler or a hung peer: arrival skew, transitive hangs, the hang alerts
+ - the network beyond one host's sockets: NetPlugin events, PXN, NIC and fabric degradation
  - CollNet (SHARP), NVLS, symmetric kernels and KernelPhase (2.31.2), copy-engine collectives
  - communicators sharing a proxy or a profiler thread (ncclCommSplit with shareResources), abort
    with work in flight, non-blocking communicators (async group thread)
@@ -327,9 +226,9 @@ EOF
 else
   cat <<EOF
 $NGPU GPUs on one node: multi-rank collectives over NVLink/PCIe are checked. Not checked here: the
-network (ProxyOp / ProxyStep / NetPlugin, proxy waits, PXN, NIC and fabric faults), CollNet (SHARP),
-multi-node stragglers, hangs and clock offsets (simulator and conformance tests only).
+network (NetPlugin, PXN, NIC and fabric faults), CollNet (SHARP), multi-node stragglers, hangs and
+clock offsets (simulator and conformance tests only).
 EOF
 fi
-echo "== done in $((SECONDS - start)) s (files in $OUT)"
+echo "== done in $((SECONDS - start)) s (files in $OUT): $([ "$rc" = 0 ] && echo PASS || echo FAIL)"
 exit $rc
