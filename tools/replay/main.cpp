@@ -434,9 +434,9 @@ void print_published(const std::string& dir) {
     std::printf("== %s\n", e.path().c_str());
     std::ifstream in(e.path());
     for (std::string l; std::getline(in, l);) {
-      for (const char* m : {"ncclinsp_ops_total", "ncclinsp_filtered_ops_total", "ncclinsp_dropped_events_total",
-                            "ncclinsp_abandoned_ops_total", "ncclinsp_inflight_ops", "ncclinsp_oldest_inflight_age",
-                            "ncclinsp_bus_bandwidth_bytes_total", "ncclinsp_op_seconds_total"})
+      for (const char* m : {"ncclinsp_ops_total", "ncclinsp_filtered_ops_total", "ncclinsp_invalid_ops_total",
+                            "ncclinsp_dropped_events_total", "ncclinsp_abandoned_ops_total", "ncclinsp_inflight_ops",
+                            "ncclinsp_oldest_inflight_age", "ncclinsp_bus_bytes_total", "ncclinsp_busy_seconds_total"})
         if (l.starts_with(m) && !l.ends_with(" 0")) {
           std::printf("%s\n", l.c_str());
           break;

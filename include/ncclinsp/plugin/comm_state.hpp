@@ -136,6 +136,12 @@ struct comm_state {
   std::uint32_t gen = 0;  // generation of this comm table entry
   int nranks = 1;
   int rank = 0;  // this rank in the communicator: a P2P op to it gets no KernelCh (event_adapter::start_p2p)
+  /// Channel ids (mod 64) whose host work counter lags the device's: NCCL up to 2.31.0a (ABI <= 6)
+  /// runs Send/Recv to the rank itself on channels 0..nChannels-1 and the device counts the work
+  /// (device/common.h profiler()), the host does not (no profiler proxy op, proxy.cc
+  /// incWorkCounter). Every later KernelCh there reads an earlier work's slot. Set by the
+  /// enqueuing thread (rarely: only new bits), read at every KernelCh start.
+  std::atomic<std::uint64_t> shifted_channels{0};
   detail::inflight_table<op_slot> ops;  // lock-free slot allocation; release() by the last reference
   // handle and gen are written by comm_registry::publish before the state is published.
   std::unique_ptr<traced_op[]> traces;  // parallel to ops, or null
@@ -164,6 +170,7 @@ struct comm_state {
       step_free.release(i);
     }
     p2p_seq.store(0, std::memory_order_relaxed);
+    shifted_channels.store(0, std::memory_order_relaxed);
     for (auto& t : ch_last_stop) t.store(0, std::memory_order_relaxed);
     graphs.store(false, std::memory_order_relaxed);
   }

@@ -20,7 +20,8 @@
 ///    timestamps cannot be its own (a channel ending before the op began; a CUDA-graph replay
 ///    starting before its channel's last stop, an earlier work's device-ring slot), whose timing is
 ///    its host enqueue only (CE, no channels), or for which no KernelCh can come (Send/Recv to the
-///    rank itself, NCCL's live mask without KernelCh, a captured symmetric collective), or whose
+///    rank itself, NCCL's live mask without KernelCh, a captured symmetric collective), whose channel
+///    ran work to the rank itself before (up to 2.31.0a its KernelCh read an earlier work's slot), or whose
 ///    GPU span is longer than its host-observed life (a garbage timer value) is counted by that reason
 ///    (filter_reason) instead of published or left in flight. CollNet ops (nChannels 0) end with
 ///    the last channel that started. The mask NCCL passes to init is its process-wide one.
@@ -213,6 +214,9 @@ class event_adapter {
       if (s.replay && gpu_start < h.comm().ch_last_stop[channel & 63].load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
         reject(s, filter_reason::foreign_timestamps);
     }
+    // A channel that ran work to this rank itself reads an earlier work's slot from then on (ABI <= 6).
+    if ((h.comm().shifted_channels.load(std::memory_order_relaxed) >> (channel & 63)) & 1) NCCLINSP_UNLIKELY
+      reject(s, filter_reason::foreign_timestamps);
     if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
       s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if constexpr (Rare) {
@@ -334,14 +338,18 @@ class event_adapter {
 
   template <class Descr>
   result_t start_p2p(void* context, void** handle, const Descr* d) noexcept {
-    if (!cfg().p2p) return abi::success;
     comm_state* cs = reg_.from_context(context);
     if (!cs) return abi::success;
     // Send/Recv to this rank itself (also the self chunk of an all-to-all, Gather/Scatter's root):
-    // NCCL announces channels but makes no proxy op for it, so no KernelCh ever comes (real 2.28.9
-    // trace tests/traces/nccl-2.28.9-h200-onerank-cases.trace; enqueue.cc addP2pToPlan, proxy.cc
-    // ncclProxySaveOp). Settled at its stop, as with a mask without KernelCh.
-    const bool no_kernel_events = d->p2p.peer == cs->rank || no_kernel_events_now();
+    // NCCL announces channels but makes no proxy op for it, so no KernelCh comes (real 2.28.9 trace
+    // tests/traces/nccl-2.28.9-h200-onerank-cases.trace; enqueue.cc addP2pToPlan, proxy.cc
+    // ncclProxySaveOp). Settled at its stop, as with a mask without KernelCh; 2.31.2 posts KernelCh
+    // for it, which then name a released op and are ignored. Up to 2.31.0a it shifts its channels.
+    const bool self = d->p2p.peer == cs->rank;
+    if (self && cfg().self_p2p_shifts_channels) NCCLINSP_UNLIKELY
+      note_shifted(*cs, d->p2p.nChannels);
+    if (!cfg().p2p) return abi::success;
+    const bool no_kernel_events = self || no_kernel_events_now();
     const std::uint32_t idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
                                          no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;
@@ -356,6 +364,13 @@ class event_adapter {
     if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
     *handle = ops_.handle_of(*cs, idx);
     return abi::success;
+  }
+
+  /// Channels 0..nch-1 ran work the host does not count (comm_state::shifted_channels).
+  static void note_shifted(comm_state& cs, unsigned nch) noexcept {
+    const std::uint64_t m = nch >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << nch) - 1;
+    if ((cs.shifted_channels.load(std::memory_order_relaxed) & m) != m)
+      cs.shifted_channels.fetch_or(m, std::memory_order_relaxed);
   }
 
   template <class Descr>

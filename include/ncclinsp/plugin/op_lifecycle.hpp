@@ -38,6 +38,9 @@ struct adapter_config {
   /// NCCL up to 2.31.0a0 (ABI <= 6) can stop a KernelCh on a stale kernelEventHandle: each channel
   /// of an op is then ended once only (a per-op bitmask; 2.31.2 guards it, so v7 skips the check).
   bool stale_channel_stops = true;
+  /// NCCL up to 2.31.0a (ABI <= 6): Send/Recv to the rank itself shifts the work counter of its
+  /// channels for good (comm_state::shifted_channels); 2.31.2 counts it on the host too.
+  bool self_p2p_shifts_channels = true;
 };
 
 // An op's channel fields have one writer (its channel thread): load+store, 0 = unset.

@@ -206,7 +206,8 @@ class plugin_state {
                                     .require_kernel_timing = opts_.require_kernel_timing,
                                     .traces = col_->options().record_traces,
                                     .pid = ::getpid(),
-                                    .stale_channel_stops = abi_version <= 6});
+                                    .stale_channel_stops = abi_version <= 6,
+                                    .self_p2p_shifts_channels = abi_version <= 6});
     detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
