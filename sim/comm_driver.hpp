@@ -15,7 +15,9 @@
 #include "nccl_process.hpp"
 #include "nccl_vocab.hpp"
 #include "plugin_library.hpp"
+#include "trace_sink.hpp"
 
+#include <ncclinsp/abi/callback_text.hpp>
 #include <ncclinsp/abi/nccl_profiler.hpp>
 #include <ncclinsp/abi/versions.hpp>
 
@@ -40,6 +42,8 @@ class comm_driver {
     const char* name = (cfg_.null_name || cfg_.name.empty()) ? nullptr : cfg_.name.c_str();
     int* mask = &global_mask();
     init_result_ = abi::internal_error;
+    trace_sink* const trace = trace_sink::current();
+    const std::uint64_t at = trace ? trace_sink::now() : 0;
     visit([&](const auto& e) {
       if constexpr (std::remove_cvref_t<decltype(e)>::version ==
                     4)  // v4 init: no commId before the mask, the hash after the name
@@ -49,6 +53,12 @@ class comm_driver {
         init_result_ =
             e.table->init(&context_, cfg_.comm_hash, mask, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, &logger);
     });
+    if (trace) {  // the mask as the plugin left it
+      char buf[abi::callback_text::max_line];
+      trace->write(
+          buf, abi::callback_text::init_line(buf, at, trace_sink::tid(), abi::callback_text::id_of(context_),
+                                             cfg_.comm_hash, name, cfg_.n_nodes, cfg_.n_ranks, cfg_.rank, load_mask()));
+    }
     if (init_result_ != abi::success) {
       logger(abi::log_warn, abi::subsys_init, __FILE__, __LINE__,
              "Profiler init failed with error (%d). Continue without profiler.", int(init_result_));
@@ -95,7 +105,7 @@ class comm_driver {
     // An eager launch resets planner.persistent (proxy.cc SaveProxyProfiler then stops advancing the
     // host work counter at replays); a Broadcast starts the 2.31 counter drift.
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].kind != op_kind::ce_coll) persistent_.store(false, std::memory_order_relaxed);
+      if (ops[i].kind != op_kind::ce_coll && !out[i].one_rank) persistent_.store(false, std::memory_order_relaxed);
       if (cfg_.release && cfg_.release->broadcast_drift && ops[i].func == nccl_func::broadcast)
         drift_.store(true, std::memory_order_relaxed);
     }
@@ -266,7 +276,14 @@ class comm_driver {
     if (!active_) return;
     active_ = false;
     if (!context_ || lib_->unloaded()) return;
+    trace_sink* const trace = trace_sink::current();
+    const std::uint64_t at = trace ? trace_sink::now() : 0;
     visit([&](const auto& e) { e.table->finalize(context_); });
+    if (trace) {
+      char buf[abi::callback_text::max_line];
+      trace->write(buf,
+                   abi::callback_text::finalize_line(buf, at, trace_sink::tid(), abi::callback_text::id_of(context_)));
+    }
   }
 
  private:

@@ -9,11 +9,13 @@
 #include "event_emitter.hpp"
 #include "nccl_vocab.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 
 namespace ncclinsp::sim::detail {
 
@@ -40,25 +42,37 @@ class enqueue_sequence {
 
   void run(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {
     const bool replay = mode_ == enqueue_mode::replay;
-    if (!replay) open_group_api(ops.front(), grouped);
-    bool any_plan_task = false;
+    bool api_open = false;
     std::uint8_t cursor = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       prepare(ops[i], out[i], cursor);
-      if (ops[i].kind != op_kind::ce_coll) any_plan_task = true;
+      // taskAppend: a one-rank collective becomes ncclLaunchOneRank before any profiler call.
+      if (out[i].one_rank) continue;
       if (replay) {
         out[i].api_handle = graph_ && i < graph_->n ? graph_->api_handles[i] : nullptr;  // stale by now
       } else {
+        // The GroupApi starts with the first API call that reaches the profiler (collTaskAppend,
+        // p2pTaskAppend: ncclProfilerStartGroupApiEvent), with that call's capture state.
+        if (!api_open) open_group_api(ops[i], grouped);
+        api_open = true;
         api_event(ops[i], out[i]);
         if (graph_ && i < max_graph_ops) graph_->api_handles[i] = out[i].api_handle;
       }
     }
+    if (!replay && !api_open) return;  // only one-rank collectives: no profiler call at all
     if constexpr (V >= 5)
       if (!replay) e_.record(group_api_, abi::st_group_end_api_start, e_.no_args(scratch_));
-    if (any_plan_task) {
+    const plan_list plans = schedule(ops, out);
+    for (std::uint8_t k = 0; k < plans.n; ++k) {
+      // ncclLaunchKernel (KernelLaunch), then ncclLaunchKernelAfter_NoCuda runs hostStreamPlanTask at once
+      // unless ncclLaunchPrepare gave the plan a host callback: under capture, a plan with proxy ops only.
       if (!replay) kernel_launch(ops);
-      if (mode_ != enqueue_mode::capture) plan_tasks(ops, out);
+      const bool now = mode_ == enqueue_mode::eager || (mode_ == enqueue_mode::capture) != plans.has_proxy[k];
+      if (now) plan_tasks(ops, out, plans, k);
     }
+    if (replay)  // a captured plan without proxy ops has no host callback: its replays emit nothing
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (!out[i].plan_has_proxy) out[i].kernel_events = false;
     if constexpr (V >= 6)
       if (mode_ == enqueue_mode::eager) ce_collectives(ops, out);
     if constexpr (V >= 5)
@@ -66,6 +80,111 @@ class enqueue_sequence {
   }
 
  private:
+  /// One group's kernel plans (enqueue.cc ncclLaunchPrepare): collectives first (scheduleCollTasksToPlan),
+  /// then P2P in p2pSchedule order (scheduleP2pTasksToPlan), a new plan when the next send/recv pair would
+  /// not fit the plan's kernel arguments (testBudget). `order` lists the ops of every plan in the order
+  /// their Coll/P2p events come.
+  static constexpr std::size_t max_plan_ops = 256;  ///< ops of one group beyond this are not planned
+  static constexpr std::uint8_t no_plan = 0xFF;
+  struct plan_list {
+    std::uint8_t n = 0;
+    std::uint8_t plan_of[max_plan_ops];
+    std::uint16_t order[max_plan_ops];
+    std::size_t n_order = 0;
+    bool has_proxy[no_plan] = {};
+  };
+  /// device.h ncclMaxKernelArgsSize (4 KiB) less sizeof(ncclDevKernelArgs) (32), in 16-byte
+  /// ncclDevWorkBatch: a plan holds at most 254 work batches. A send/recv pair reserves one batch per
+  /// channel (testBudget(nWorkBatches + nChannelsMax)) and adds a new one per channel when its round is
+  /// already in the channel's batch (always for self pairs, which all run in round 0), else it may share
+  /// one (addWorkBatchToPlan: up to 8 rounds per batch). Counted here as a new batch per channel for every
+  /// pair: exact for self pairs (NCCL 2.28.9: 3 self pairs of 64 channels per plan,
+  /// tests/traces/nccl-2.28.9-h200-onerank-cases.trace), an upper bound otherwise.
+  static constexpr int plan_batches = (4096 - 32) / 16;
+
+  plan_list schedule(std::span<const op_desc> ops, std::span<pending_op> out) const {
+    plan_list pl;
+    std::memset(pl.plan_of, no_plan, sizeof pl.plan_of);
+    const std::size_t n = std::min(ops.size(), max_plan_ops);
+    int batches = 0;
+    bool any = false;
+    // Collectives (not the CE ones, which are no kernel plan): all in the first plan.
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ops[i].kind != op_kind::coll || out[i].one_rank) continue;
+      pl.plan_of[i] = 0;
+      pl.order[pl.n_order++] = std::uint16_t(i);
+      batches += out[i].n_channels;
+      any = true;
+    }
+    // P2P: pass k of the while loop, round r takes the k-th send to (rank + r) and the k-th recv from
+    // (rank - r) (comm->p2pSchedule, here without the node grouping of init.cc).
+    std::uint32_t key[max_plan_ops];
+    std::uint16_t p2p[max_plan_ops];
+    std::size_t np = 0;
+    const int nr = cfg_.n_ranks > 0 ? cfg_.n_ranks : 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ops[i].kind != op_kind::p2p) continue;
+      const bool send = ops[i].func != nccl_func::recv;
+      const int peer = ops[i].peer < 0 ? 0 : ops[i].peer % nr;
+      const int round = send ? (peer - cfg_.rank + nr) % nr : (cfg_.rank - peer + nr) % nr;
+      std::uint32_t pass = 0;
+      for (std::size_t j = 0; j < np; ++j) {
+        const op_desc& o = ops[p2p[j]];
+        if ((o.func != nccl_func::recv) == send && o.peer == ops[i].peer) ++pass;
+      }
+      key[np] = pass << 17 | std::uint32_t(round) << 1 | (send ? 0u : 1u);
+      p2p[np++] = std::uint16_t(i);
+    }
+    for (std::size_t a = 1; a < np; ++a)  // stable: by (pass, round), the send before the recv
+      for (std::size_t b = a; b > 0 && key[b - 1] > key[b]; --b) {
+        std::swap(key[b - 1], key[b]);
+        std::swap(p2p[b - 1], p2p[b]);
+      }
+    std::uint8_t plan = 0;
+    for (std::size_t a = 0; a < np;) {
+      std::size_t b = a + 1;  // one addP2pToPlan: the send and the recv of one (pass, round)
+      if (b < np && (key[b] >> 1) == (key[a] >> 1)) ++b;
+      // scheduleP2pTasksToPlan skips a send/recv pair to itself in place (P2pApi only, no P2p).
+      if (b == a + 2 && out[p2p[a]].self_p2p && ops[p2p[a]].send_buff &&
+          ops[p2p[a]].send_buff == static_cast<const void*>(ops[p2p[a + 1]].recv_buff)) {
+        a = b;
+        continue;
+      }
+      int nch = 0;
+      for (std::size_t j = a; j < b; ++j) nch = std::max<int>(nch, out[p2p[j]].n_channels);
+      if (any && batches + nch > plan_batches && plan + 1 < no_plan) {
+        ++plan;
+        batches = 0;
+      }
+      batches += nch;
+      any = true;
+      for (std::size_t j = a; j < b; ++j) {
+        pl.plan_of[p2p[j]] = plan;
+        pl.order[pl.n_order++] = p2p[j];
+      }
+      a = b;
+    }
+    pl.n = any ? std::uint8_t(plan + 1) : 0;
+    // A plan has proxy ops when one of its tasks has: a network connection, or a profiler proxy op
+    // (addProfilerProxyOpIfNeeded: ncclProfilerNeedsProxy, KernelCh in the task's mask; none for a self P2P).
+    // A replay runs what the capture recorded: the host callbacks of the plans that had proxy ops then.
+    for (std::size_t j = 0; j < pl.n_order; ++j) {
+      const std::size_t i = pl.order[j];
+      const pending_op& p = out[i];
+      const bool proxy = mode_ == enqueue_mode::replay
+                             ? graph_ && i < max_graph_ops && graph_->host_callback[i]
+                             : !p.self_p2p && (p.network || (p.kernel_events && (p.mask & abi::ev_kernel_ch)));
+      if (proxy) pl.has_proxy[pl.plan_of[i]] = true;
+    }
+    for (std::size_t j = 0; j < pl.n_order; ++j) {
+      const std::size_t i = pl.order[j];
+      out[i].plan_has_proxy = pl.has_proxy[pl.plan_of[i]];
+      if (mode_ == enqueue_mode::capture && graph_ && i < max_graph_ops)
+        graph_->host_callback[i] = out[i].plan_has_proxy;
+    }
+    return pl;
+  }
+
   /// ncclGroupStart (v5+): GroupApi start and its GroupStartApiStop state.
   void open_group_api(const op_desc& first, bool grouped) {
     if constexpr (V >= 5) {
@@ -108,6 +227,31 @@ class enqueue_sequence {
       p.channel_lo =
           op.channel_lo >= 0 ? std::uint8_t(op.channel_lo) : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
     }
+    p.one_rank = cfg_.n_ranks == 1 && op.kind != op_kind::p2p;
+    p.self_p2p = op.kind == op_kind::p2p && op.peer == cfg_.rank;
+    if (p.self_p2p) p.network = false;  // a copy inside the rank's own kernel
+    if (op.kind == op_kind::coll && !p.one_rank) (void)coll_channels(op, p);
+    if (op.kind == op_kind::p2p) p.kernel_events = !p.self_p2p;
+  }
+
+  /// A collective's KernelCh children (`p.kernel_events`) and the channel count its Coll announces, as the
+  /// release plans it; -1: no Coll event at all.
+  int coll_channels(const op_desc& op, pending_op& p) const {
+    const nccl_release* rel = cfg_.release;
+    p.kernel_events = false;
+    if (op.func == nccl_func::broadcast && !bcast_coll_) return -1;  // no Coll, no KernelCh (NVIDIA/nccl #2278)
+    // Before 2.31.2 ncclSymmetricTaskScheduler frees symmetric tasks: no Coll, no KernelCh.
+    if (rel && op.symmetric && !rel->sym_visible) return -1;
+    int announced = op.n_channels;
+    p.kernel_events = true;
+    if (rel && op.collnet && rel->collnet_zero_channels) announced = 0;  // KernelCh still come, on n_channels
+    if (rel && op.symmetric && op.sym_tail && rel->sym_head_only) {
+      announced = 0;  // only the plan's head task gets KernelCh
+      p.kernel_events = false;
+    }
+    if (rel && op.symmetric && p.replay && rel->captured_sym_no_kernel_ch)
+      p.kernel_events = false;  // the uninstrumented kernel runs under capture; channels announced anyway
+    return announced;
   }
 
   /// taskAppend (v5+): CollApi or P2pApi, started and stopped at once.
@@ -153,9 +297,10 @@ class enqueue_sequence {
     }
   }
 
-  /// hostStreamPlanTask (eager) or hostStreamPlanCallback (replay): Group, Coll/P2p starts (collectives
-  /// first, then P2P), their stops in the same order, Group stop.
-  void plan_tasks(std::span<const op_desc> ops, std::span<pending_op> out) {
+  /// hostStreamPlanTask of plan `k` (eager; at capture for a plan without proxy ops) or
+  /// hostStreamPlanCallback (replay of a plan with proxy ops): Group, Coll/P2p starts in plan order, their
+  /// stops in the same order, Group stop.
+  void plan_tasks(std::span<const op_desc> ops, std::span<pending_op> out, const plan_list& plans, std::uint8_t k) {
     void* group = nullptr;
     if (mask_ & gate::group) {
       e_.clear(d_);
@@ -164,41 +309,29 @@ class enqueue_sequence {
     }
     // v4 native (2.27) starts task events only under a non-NULL Group handle; the later shim does not check.
     const bool tasks_allowed = V >= 5 || group != nullptr || cfg_.shim_quirks;
-    for (int pass = 0; pass < 2; ++pass)  // plan order: collectives, then P2P
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const op_desc& op = ops[i];
-        if (op.kind == op_kind::ce_coll || (pass == 0) != (op.kind == op_kind::coll)) continue;
-        if (op.kind == op_kind::coll)
-          coll_task(op, out[i], group, tasks_allowed);
-        else
-          p2p_task(op, out[i], group, tasks_allowed);
-      }
-    for (int pass = 0; pass < 2; ++pass)
-      for (std::size_t i = 0; i < ops.size(); ++i)
-        if (ops[i].kind != op_kind::ce_coll && (pass == 0) == (ops[i].kind == op_kind::coll))
-          e_.stop(out[i].task_handle);
+    for (std::size_t j = 0; j < plans.n_order; ++j) {
+      const std::size_t i = plans.order[j];
+      if (plans.plan_of[i] != k) continue;
+      if (ops[i].kind == op_kind::coll)
+        coll_task(ops[i], out[i], group, tasks_allowed);
+      else
+        p2p_task(ops[i], out[i], group, tasks_allowed);
+    }
+    for (std::size_t j = 0; j < plans.n_order; ++j)
+      if (plans.plan_of[plans.order[j]] == k) e_.stop(out[plans.order[j]].task_handle);
     e_.stop(group);
   }
 
   void coll_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
-    const bool no_coll = op.func == nccl_func::broadcast && !bcast_coll_;
-    const nccl_release* rel = cfg_.release;
     // One communicator's tasks can be planned on several threads at once (a replay's host callback
-    // beside the user thread): the counter is taken atomically.
-    p.seq = std::atomic_ref<std::uint64_t>(seq_.coll[int(op.func)]).fetch_add(1, std::memory_order_relaxed);
-    if (no_coll) return;  // no Coll, no profiler proxy op, no KernelCh (NVIDIA/nccl #2278)
-    // Before 2.31.2 ncclSymmetricTaskScheduler frees symmetric tasks: no Coll, no KernelCh.
-    if (rel && op.symmetric && !rel->sym_visible) return;
-    std::uint8_t announced = op.n_channels;
-    p.kernel_events = true;
-    if (rel && op.collnet && rel->collnet_zero_channels) announced = 0;  // KernelCh still come, on n_channels
-    if (rel && op.symmetric && op.sym_tail && rel->sym_head_only) {
-      announced = 0;  // only the plan's head task gets KernelCh
-      p.kernel_events = false;
-    }
-    if (rel && op.symmetric && p.replay && rel->captured_sym_no_kernel_ch)
-      p.kernel_events = false;  // the uninstrumented kernel runs under capture; channels announced anyway
-    if (!(mask_ & gate::coll) || !tasks_allowed) return;
+    // beside the user thread): the counter is taken atomically. ncclProfilerStartTaskEvents advances it
+    // for a captured plan only when KernelCh is in the task's mask and a Group or CollApi handle exists.
+    const bool advance =
+        mode_ == enqueue_mode::eager || ((mask_ & abi::ev_kernel_ch) && (p.api_handle || (group && tasks_allowed)));
+    std::atomic_ref<std::uint64_t> counter(seq_.coll[int(op.func)]);
+    p.seq = advance ? counter.fetch_add(1, std::memory_order_relaxed) : counter.load(std::memory_order_relaxed);
+    const int announced = coll_channels(op, p);
+    if (announced < 0 || !(mask_ & gate::coll) || !tasks_allowed) return;
     e_.clear(d_);
     d_.type = abi::ev_coll;
     d_.rank = cfg_.rank;
@@ -211,7 +344,7 @@ class enqueue_sequence {
     d_.coll.count = bytes ? op.count * dtype_size(op.dtype) : op.count;
     d_.coll.root = op.root;
     d_.coll.datatype = bytes ? "ncclInt8" : dtype_name(op.dtype);
-    d_.coll.nChannels = announced;
+    d_.coll.nChannels = std::uint8_t(announced);
     d_.coll.nWarps = op.n_warps;
     d_.coll.algo = op.algo;
     d_.coll.proto = op.proto;
@@ -233,8 +366,8 @@ class enqueue_sequence {
     p.task_handle = e_.start(d_);
   }
 
+  /// A P2p event announces its channels (addP2pToPlan sets the task's nChannels), a self one too.
   void p2p_task(const op_desc& op, pending_op& p, void* group, bool tasks_allowed) {
-    p.kernel_events = true;
     if (!(mask_ & gate::p2p) || !tasks_allowed) return;
     e_.clear(d_);
     d_.type = abi::ev_p2p;

@@ -55,6 +55,13 @@ struct pending_op {
   op_kind kind = op_kind::coll;
   nccl_func func = nccl_func::all_reduce;
   bool kernel_events = false;  ///< KernelCh/ProxyOp children exist (false for CE ops and mask-off / Broadcast)
+  /// A Send/Recv to the rank itself (peer == rank): P2p events with their channels, never a KernelCh or
+  /// ProxyOp (enqueue.cc addP2pToPlan gives a self send no proxy op; proxy.cc ncclProxySaveOp returns
+  /// early for op->root == comm->rank).
+  bool self_p2p = false;
+  /// A collective on a one-rank communicator: enqueue.cc taskAppend runs ncclLaunchOneRank before any
+  /// profiler call, so NCCL emitted nothing for it.
+  bool one_rank = false;
   bool symmetric = false;
   bool network = false;  ///< the communicator spans nodes: ProxyOps exist
   std::uint8_t channel_lo = 0;
@@ -63,6 +70,10 @@ struct pending_op {
   std::size_t bytes = 0;  ///< per-rank payload bytes
   std::uint64_t seq = 0;  ///< coll.seqNumber / ceColl.seqNumber given to the plugin
   bool replay = false;    ///< emitted by a CUDA-graph replay (hostStreamPlanCallback), not at the API call
+  /// Its plan has proxy ops (a network connection, or a profiler proxy op: KernelCh in the mask and not a
+  /// self P2P): enqueue.cc ncclLaunchPrepare enqueues a host callback for it under capture, so its events
+  /// come at every replay. A plan without runs hostStreamPlanTask at capture (ncclLaunchKernelAfter_NoCuda).
+  bool plan_has_proxy = false;
   /// KernelCh read another work's device-ring slot (a replay after an eager launch up to 2.30, a
   /// counter drift after a Broadcast in 2.31): `complete` sends those timestamps, not the op's.
   bool stale_timestamps = false;
@@ -79,6 +90,8 @@ inline constexpr std::size_t max_graph_ops = 8;
 struct captured_graph {
   op_desc ops[max_graph_ops];
   void* api_handles[max_graph_ops] = {};
+  /// Op i's plan had proxy ops at capture: its host callback is in the graph and runs at every replay.
+  bool host_callback[max_graph_ops] = {};
   std::size_t n = 0;
 };
 

@@ -7,7 +7,9 @@
 #include "driver_types.hpp"
 #include "nccl_process.hpp"
 #include "plugin_library.hpp"
+#include "trace_sink.hpp"
 
+#include <ncclinsp/abi/callback_text.hpp>
 #include <ncclinsp/abi/nccl_profiler.hpp>
 #include <ncclinsp/abi/versions.hpp>
 
@@ -29,16 +31,39 @@ struct emitter {
   void clear(descr& d) const noexcept {
     std::memset(static_cast<void*>(&d), (cfg.shim_quirks && V < 6) ? 0xA5 : 0, sizeof d);
   }
+  /// The three event calls; each is also written to the process's trace sink (`--trace`), if any.
   void* start(descr& d) const {
     void* h = nullptr;
+    trace_sink* t = trace_sink::current();
+    const std::uint64_t at = t ? trace_sink::now() : 0;
     table->startEvent(ctx, &h, &d);
+    if (t) {
+      char buf[abi::callback_text::max_line];
+      t->write(buf, abi::callback_text::start_line(buf, at, trace_sink::tid(), abi::callback_text::id_of(ctx),
+                                                   abi::callback_text::id_of(h), d));
+    }
     return h;
   }
   void stop(void* h) const {
-    if (h) table->stopEvent(h);
+    if (!h) return;
+    trace_sink* t = trace_sink::current();
+    const std::uint64_t at = t ? trace_sink::now() : 0;
+    table->stopEvent(h);
+    if (t) {
+      char buf[abi::callback_text::max_line];
+      t->write(buf, abi::callback_text::stop_line(buf, at, trace_sink::tid(), abi::callback_text::id_of(h)));
+    }
   }
   void record(void* h, abi::event_state s, abi::state_args* a) const {
-    if (h) table->recordEventState(h, s, a);
+    if (!h) return;
+    trace_sink* t = trace_sink::current();
+    const std::uint64_t at = t ? trace_sink::now() : 0;
+    table->recordEventState(h, s, a);
+    if (t) {
+      char buf[abi::callback_text::max_line];
+      t->write(buf,
+               abi::callback_text::record_line(buf, at, trace_sink::tid(), abi::callback_text::id_of(h), int(s), a));
+    }
   }
   /// Args for states NCCL sends without args (19, 23, 24): NULL natively; a garbage struct via the v5 shim.
   abi::state_args* no_args(abi::state_args& scratch) const noexcept {
