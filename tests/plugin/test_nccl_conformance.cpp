@@ -805,3 +805,95 @@ TEST_CASE(
     CHECK(total(text, "ncclinsp_inflight_ops") == 0);
   }
 }
+
+// ---- Send/Recv to the rank itself (real 2.28.9 trace tests/traces/nccl-2.28.9-h200-onerank-cases.trace) --
+
+namespace {
+
+sim::op_desc p2p(sim::nccl_func f, int peer, std::size_t bytes, std::uint8_t channels) {
+  sim::op_desc d;
+  d.kind = sim::op_kind::p2p;
+  d.func = f;
+  d.dtype = sim::nccl_dtype::float32;
+  d.count = bytes / 4;
+  d.peer = peer;
+  d.n_channels = channels;
+  d.send_buff = reinterpret_cast<const void*>(0x1000);  // out of place: NCCL drops an in-place self pair
+  d.recv_buff = reinterpret_cast<void*>(0x2000);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 all-to-all with the rank itself - the self pair announces channels and gets no "
+    "KernelCh - enqueue.cc addP2pToPlan",
+    "[conformance][p2p]") {
+  for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    // 200 iterations of one group {Send, Recv to itself (channels 0..1); Send, Recv to the peer (the
+    // driver's peer channels, 3..4)}, then an AllReduce on channels 0..3, where the self pairs ran.
+    const std::string text = run("alltoall", [rel](const std::string&) {
+      job j(*rel);
+      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x71, "moe", 1, 2, 0));
+      std::uint64_t t = t0;
+      for (int i = 0; i < 200; ++i) {
+        const sim::op_desc g[] = {p2p(sim::nccl_func::send, 0, 8u << 20, 2), p2p(sim::nccl_func::recv, 0, 8u << 20, 2),
+                                  p2p(sim::nccl_func::send, 1, 8u << 20, 2), p2p(sim::nccl_func::recv, 1, 8u << 20, 2)};
+        sim::pending_op p[4];
+        c.enqueue(g, p, 0);
+        if (!p[0].self_p2p || !p[1].self_p2p || p[2].self_p2p) return 3;
+        for (auto& q : p) c.complete(q, span(t, 100 * us, 2));  // nothing for the self pair (no KernelCh)
+        t += 1000 * us;
+      }
+      const auto ar = c.enqueue(all_reduce(4u << 20, 4, 0));
+      c.complete(ar, span(t, 200 * us, 4));
+      c.finalize();
+      return 0;
+    });
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == 400);
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"Send\""}) == 200);
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"Recv\""}) == 200);
+    // Up to 2.31.0a the device counts the self work on channels 0..1 and the host does not: the
+    // AllReduce's KernelCh there read an earlier work's slot and are never published; 2.31.2 counts it.
+    const bool shifted = rel->abi <= 6;
+    CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"foreign_timestamps\""}) == (shifted ? 1 : 0));
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == (shifted ? 0 : 1));
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+    CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
+    CHECK(total(text, "ncclinsp_dropped_events_total") == 0);
+  }
+}
+
+TEST_CASE(
+    "2.27 2.28 2.30 2.31.2 a garbage GPU timer - a KernelCh stop 584 years after its start - "
+    "device/common.h profiler()",
+    "[conformance][timer]") {
+  for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    // 100 AllReduce of 4 MiB, 200 us each; every 10th has a stop value near 2^64 on one channel.
+    const std::string text = run("timer", [rel](const std::string&) {
+      job j(*rel);
+      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x72, "timer"));
+      std::uint64_t t = t0;
+      for (int i = 0; i < 100; ++i) {
+        const auto p = c.enqueue(all_reduce(4u << 20, 4, 0));
+        auto k = span(t, 200 * us, 4);
+        if (i % 10 == 3) k[2].stop_ns = ~std::uint64_t(0) - 12345;
+        c.complete(p, k);
+        t += 1000 * us;
+      }
+      c.finalize();
+      return 0;
+    });
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"rejected_timestamps\""}) == 10);
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 90);
+    CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""}) ==
+          Approx(ar_busbw(4u << 20, 4, 200 * us)).epsilon(0.01));
+    CHECK(total(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+          Approx(90 * 200e-6).epsilon(0.02));
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  }
+}
