@@ -48,6 +48,10 @@ def size_of(s):
     return int(m.group(1)) * UNITS[m.group(2)] if m else None
 
 
+def fmt_version(code):
+    return "%d.%d.%d" % (code // 10000, code % 10000 // 100, code % 100) if code else "?"
+
+
 def fmt_size(b):
     for u in ("GiB", "MiB", "KiB"):
         if b >= UNITS[u]:
@@ -279,7 +283,7 @@ def cases(args):
 
     fail, notes = [], []
     print("NCCL %s (headers %s), %d rank(s) per communicator, profiler ABI %s, %d .prom file(s), %d trace(s)" % (
-        runtime or "?", int(meta.get("nccl", 0)) or "?", ranks, ",".join(abi) or "?", len(prom.files), len(traces)))
+        fmt_version(runtime), fmt_version(int(meta.get("nccl", 0))), ranks, ",".join(abi) or "?", len(prom.files), len(traces)))
     for h in headers:
         print("trace: " + h)
     if lossy:
