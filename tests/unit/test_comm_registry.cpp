@@ -1,17 +1,23 @@
-// The plugin's concurrency primitives on their own: the handle codec, slot_bitmap, reader_gate and
-// comm_registry (publish, look up, channel holds, retirement, reuse). The thread cases run in the
+// The plugin's concurrency primitives on their own: the handle codec, slot_bitmap, reader_gate,
+// comm_registry (publish, look up, channel holds, retirement, reuse) and the callback recorder's ring. The thread cases run in the
 // TSan stage of scripts/test.sh (and under ASan), where a use after retirement is a report.
 #include <catch2/catch.hpp>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "ncclinsp/detail/reader_gate.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
+#include "ncclinsp/plugin/callback_recorder.hpp"
 #include "ncclinsp/plugin/comm_registry.hpp"
 #include "ncclinsp/plugin/handle.hpp"
 
@@ -325,4 +331,84 @@ TEST_CASE("comm_registry threads: channel holds against retirement and reuse") {
   CHECK(changed.load() == 0);
   CHECK(holds.load() > 0);
   CHECK(limbo_seen == 0);  // 2 s is plenty: every retire found the state quiet
+}
+
+// ---- callback_recorder ----------------------------------------------------------------------------
+
+namespace {
+
+std::string fresh_capture_dir(const char* tag) {
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("ncclinsp_capture_" + std::string(tag) + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> v;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("callback_recorder threads: every line is written or counted, none torn, the file bound holds") {
+  const std::string dir = fresh_capture_dir("threads");
+  std::string error;
+  // 1 MiB: the threads' ~40 B lines (8 x 30000, ~9.6 MB) overflow the file and, faster than the
+  // writer, the ring.
+  auto rec = callback_recorder::open(dir, "host\n with space", 1u << 20, 5, 22809, error);
+  REQUIRE(rec);
+  REQUIRE(rec->path().find("ncclinsp-host__with_space-") != std::string::npos);
+  constexpr int threads = 8, per_thread = 30000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        void* h = reinterpret_cast<void*>(static_cast<std::uintptr_t>(t * per_thread + i + 1));
+        abi::state_args a{};
+        a.kernelCh.pTimer = static_cast<std::uint64_t>(i);
+        rec->record(h, abi::st_kernel_ch_stop, &a);
+      }
+    });
+  for (auto& t : ts) t.join();
+  rec->close();
+  const auto c = rec->dropped_and_written();
+  CHECK(c.lines + c.ring_full + c.file_full + c.write_failed == std::uint64_t(threads) * per_thread);
+  CHECK(c.file_full > 0);
+  CHECK(c.write_failed == 0);
+  CHECK(std::filesystem::file_size(rec->path()) <= (1u << 20) + 64 * 1024);
+  const auto lines = lines_of(rec->path());
+  REQUIRE(!lines.empty());
+  CHECK(lines.front() == "# ncclinsp-trace abi=5 nccl=22809 source=ncclinsp format=1");
+  std::uint64_t records = 0;
+  for (const auto& l : lines) {
+    if (l.starts_with("#")) continue;
+    ++records;
+    INFO(l);
+    REQUIRE(l.starts_with("R "));
+    CHECK(l.find(" 22 ptimer=") != std::string::npos);
+  }
+  CHECK(records == c.lines);
+  CHECK(lines.back().starts_with("# end lines=" + std::to_string(c.lines) + " ring_full=" +
+                                 std::to_string(c.ring_full) + " file_full=" + std::to_string(c.file_full)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("callback_recorder: a second capture in the directory gets its own file, an unusable directory is an error") {
+  const std::string dir = fresh_capture_dir("names");
+  std::string error;
+  auto a = callback_recorder::open(dir, "h", 1u << 20, 7, 0, error);
+  auto b = callback_recorder::open(dir, "h", 1u << 20, 7, 0, error);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->path() != b->path());
+  CHECK(b->path() == a->path() + ".1");
+  a->close();
+  b->close();
+  auto bad = callback_recorder::open("/proc/no/such/dir", "h", 1u << 20, 7, 0, error);
+  CHECK(!bad);
+  CHECK(error.find("cannot create /proc/no/such/dir/ncclinsp-h-") == 0);
+  std::filesystem::remove_all(dir);
 }
