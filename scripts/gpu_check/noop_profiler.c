@@ -40,13 +40,13 @@ static result_t init_common(void** context, int* mask) {
   if (mask) *mask = 0;
   return 0;
 }
-static result_t init_v5plus(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes,
-                            int nranks, int rank, logger_t logfn) {
+static result_t init_v5plus(void** context, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes, int nranks,
+                            int rank, logger_t logfn) {
   (void)comm_id, (void)comm_name, (void)n_nodes, (void)nranks, (void)rank, (void)logfn;
   return init_common(context, mask);
 }
-static result_t init_v4(void** context, int* mask, const char* comm_name, uint64_t comm_hash, int n_nodes,
-                        int nranks, int rank, logger_t logfn) {
+static result_t init_v4(void** context, int* mask, const char* comm_name, uint64_t comm_hash, int n_nodes, int nranks,
+                        int rank, logger_t logfn) {
   (void)comm_name, (void)comm_hash, (void)n_nodes, (void)nranks, (void)rank, (void)logfn;
   return init_common(context, mask);
 }
@@ -69,10 +69,10 @@ static result_t finalize(void* context) {
 }
 
 #define EXPORT __attribute__((visibility("default")))
-EXPORT const profiler_v5plus ncclProfiler_v7 = {"noop", init_v5plus, start_event, stop_event, record_event_state,
-                                                finalize};
-EXPORT const profiler_v5plus ncclProfiler_v6 = {"noop", init_v5plus, start_event, stop_event, record_event_state,
-                                                finalize};
-EXPORT const profiler_v5plus ncclProfiler_v5 = {"noop", init_v5plus, start_event, stop_event, record_event_state,
-                                                finalize};
+EXPORT const profiler_v5plus ncclProfiler_v7 = {"noop",     init_v5plus,        start_event,
+                                                stop_event, record_event_state, finalize};
+EXPORT const profiler_v5plus ncclProfiler_v6 = {"noop",     init_v5plus,        start_event,
+                                                stop_event, record_event_state, finalize};
+EXPORT const profiler_v5plus ncclProfiler_v5 = {"noop",     init_v5plus,        start_event,
+                                                stop_event, record_event_state, finalize};
 EXPORT const profiler_v4 ncclProfiler_v4 = {"noop", init_v4, start_event, stop_event, record_event_state, finalize};

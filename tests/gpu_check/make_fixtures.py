@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Writes tests/gpu_check/fixtures/: the files scripts/gpu_check.sh leaves, for table.py's tests.
 
-  python3 tests/gpu_check/make_fixtures.py     (rewrites fixtures/, deterministic)
+  python3 tests/gpu_check/make_fixtures.py [DIR]    (rewrites fixtures/, or writes DIR; deterministic)
 
 The .tsv files are `nccl_wrappers_example --sweep` / `--cases` output (examples/nccl_wrappers/
 sweep.hpp, cases.hpp); the .prom files are the plugin's final files in its format (family order,
-labels, owner line, histogram buckets as a real run writes them), with the values a run of that
-shape gives (the sweep fixtures and cases-2rank-desync as with NCCLINSP_HISTOGRAM=off, to keep
-them small; table.py reads no histogram): one H200 on NCCL 2.28.9 (one-rank communicators: collectives send no event, self
-Send/Recv no KernelCh), or two GPUs (every op GPU-timed). The one-rank cases fixtures go with the
-real trace of that run, tests/traces/nccl-2.28.9-h200-onerank-cases.trace (326 self Send/Recv).
+labels, owner line, histogram buckets as a real run writes them; the sweep fixtures and
+cases-2rank-desync as with NCCLINSP_HISTOGRAM=off, to keep them small: table.py reads no
+histogram), with the values a run of that shape gives: one H200 on NCCL 2.28.9 (one-rank
+communicators: collectives send no event, self Send/Recv no KernelCh), or two GPUs (every op
+GPU-timed). The one-rank cases fixtures go with the real trace of that run,
+tests/traces/nccl-2.28.9-h200-onerank-cases.trace (326 self Send/Recv announced).
 """
-import math
 import os
 import shutil
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures")
@@ -267,12 +268,14 @@ def cases_tworank(name, desync=False):
 
 
 def main():
+    global OUT
+    OUT = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else OUT
     shutil.rmtree(OUT, ignore_errors=True)
     big = lambda t: t >= MiB
     # The ncclinsp arm: 30 % slower in the warm-up round and 10 % in the first measured round (a
     # cold start, not overhead), as fast as off after that.
     sweep_fixture("sweep-1rank-pass", on=lambda k, c, t: {0: 1.30, 1: 1.10}.get(k, 1.0),
-                  noop=lambda k, c, t: {0: 1.25}.get(k, 1.0))
+                  noop=None)
     # ncclinsp 5 % slower in every round at >= 1 MiB, noop within 0.5 % of off.
     sweep_fixture("sweep-1rank-overhead", on=lambda k, c, t: 1.05 if big(t) else 1.0,
                   noop=lambda k, c, t: 1.0 + 0.005 * (k % 2))
