@@ -227,12 +227,14 @@ class callback_recorder {
     return true;
   }
 
-  /// `# dropped ring_full=A file_full=B write_failed=C` when the counts moved (writer thread, close).
+  /// `# dropped lines=N ring_full=A file_full=B write_failed=C` when the counts moved, at most once a
+  /// second and within half the notes' reserve (writer thread); `# end ...` at close, in the rest.
   void note_drops(bool closing) noexcept {
     const counts c = dropped_and_written();
-    const std::uint64_t sum = c.ring_full + c.file_full + c.write_failed;
-    if (sum == noted_ && !closing) return;
+    const std::uint64_t sum = c.ring_full + c.file_full + c.write_failed, now = detail::steady_ns();
+    if (!closing && (sum == noted_ || now < next_note_ns_ || bytes_ > max_bytes_ + note_reserve / 2)) return;
     noted_ = sum;
+    next_note_ns_ = now + 1'000'000'000;
     char line[abi::callback_text::max_line];
     abi::callback_text::line l(line);
     l.lit(closing ? "# end" : "# dropped").ku("lines", c.lines).ku("ring_full", c.ring_full);
@@ -251,7 +253,7 @@ class callback_recorder {
   alignas(detail::cache_line) std::atomic<std::uint64_t> tail_{0};  // next slot to write (writer)
   std::atomic<std::uint64_t> written_{0}, ring_full_{0}, file_full_{0}, write_failed_{0};
   std::atomic<bool> stopping_{false};
-  std::uint64_t bytes_ = 0, noted_ = 0;  // writer thread (and close, after the join)
+  std::uint64_t bytes_ = 0, noted_ = 0, next_note_ns_ = 0;  // writer thread (and close, after the join)
   bool failed_ = false;
   std::thread writer_;
 };
