@@ -74,8 +74,18 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
                  "NCCL release reproduced: 2.27, 2.28, 2.30 (also 2.29), 2.31.2 (also 2.31); its profiler table "
                  "unless --abi says otherwise, and its behaviours (sim/README.md)");
   std::string workload = "training";
-  app.add_option("--workload", workload, "training (default) or serving (tensor-parallel decode, CUDA graphs)")
-      ->check(CLI::IsMember({"training", "serving"}));
+  app.add_option("--workload", workload,
+                 "training (default), serving (tensor-parallel decode, CUDA graphs), cases (examples/nccl_wrappers "
+                 "--cases on a one-rank communicator), alltoall (MoE expert parallelism: per step one group of "
+                 "Send+Recv to every rank, itself included)")
+      ->check(CLI::IsMember({"training", "serving", "cases", "alltoall"}));
+  app.add_option("--a2a-bytes", o.a2a_bytes, "alltoall: bytes of one chunk (per peer, the rank itself too)")
+      ->check(CLI::Range(std::size_t(4), std::size_t(1) << 32));
+  app.add_option("--bad-timer", o.bad_timer,
+                 "FRAC: this share of the peer ops carries a garbage KernelCh stop timer (~584 years after its start)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--trace", o.trace,
+                 "write every call into the plugin's table as shared trace text (forked nodes: FILE.<node>)");
   app.add_flag("--cuda-graphs", o.cuda_graphs,
                "tp AllReduce captured in a CUDA graph at its first step, replayed after");
   app.add_flag("--collnet", o.collnet, "dp AllReduce through CollNet (SHARP), algo COLLNET_DIRECT");
@@ -276,6 +286,16 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     if (o.abi == 0) o.abi = o.nccl->abi;
   }
   o.serving = workload == "serving";
+  o.cases = workload == "cases";
+  o.alltoall = workload == "alltoall";
+  if (o.cases) {  // what examples/nccl_wrappers --cases ran: one process, one GPU, a one-rank communicator
+    if ((app.count("--nodes") && o.nodes != 1) || (app.count("--gpus") && o.gpus != 1))
+      return std::fprintf(stderr, "--workload cases runs one rank (--nodes 1 --gpus 1)\n"), 2;
+    o.nodes = o.gpus = 1;
+    o.single_process = true;
+    if (o.steps <= 0) o.steps = 1;
+  }
+  if (o.bad_timer > 0 && !o.alltoall) return std::fprintf(stderr, "--bad-timer applies to --workload alltoall\n"), 2;
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
   if (o.abort_at >= 0) {  // ncclCommAbort: the ops in flight stay open (2.31.2 purges them; the same to a plugin)
     o.steps = 0;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,14 +97,19 @@ struct options {
   int mask_override = -1;
   /// --nccl: the NCCL release reproduced (nccl_release.hpp); nullptr = the historical model (newest table).
   const nccl_release* nccl = nullptr;
-  bool serving = false;      ///< --workload serving: tensor-parallel decode (sim/serving.hpp)
-  bool cuda_graphs = false;  ///< tp AllReduce groups captured once, then replayed every step
-  bool collnet = false;      ///< dp AllReduce through CollNet (SHARP): COLLNET_DIRECT
-  bool nonblocking = false;  ///< non-blocking communicators: eager launches from an async group thread
-  double abort_at = -1;      ///< every rank aborts at this simulated second (ops left open)
-  int recv_restarts = 0;     ///< each recv ProxyStep re-started this many times
-  std::string truth;         ///< --truth FILE: kernels' true GPU time summed per rank, comm, function, size
-  std::string truth_ops;     ///< --truth-ops FILE: one line per op (short runs)
+  bool serving = false;   ///< --workload serving: tensor-parallel decode (sim/serving.hpp)
+  bool cases = false;     ///< --workload cases: examples/nccl_wrappers --cases on one rank (sim/cases_workload.hpp)
+  bool alltoall = false;  ///< --workload alltoall: MoE expert-parallel all-to-all (sim/alltoall_workload.hpp)
+  std::size_t a2a_bytes = 1 << 20;  ///< --a2a-bytes: one all-to-all chunk (bytes per peer, the rank itself too)
+  double bad_timer = 0;             ///< --bad-timer: this share of peer ops carries a garbage KernelCh stop timer
+  std::string trace;                ///< --trace FILE: every plugin call in the shared trace text (per process)
+  bool cuda_graphs = false;         ///< tp AllReduce groups captured once, then replayed every step
+  bool collnet = false;             ///< dp AllReduce through CollNet (SHARP): COLLNET_DIRECT
+  bool nonblocking = false;         ///< non-blocking communicators: eager launches from an async group thread
+  double abort_at = -1;             ///< every rank aborts at this simulated second (ops left open)
+  int recv_restarts = 0;            ///< each recv ProxyStep re-started this many times
+  std::string truth;                ///< --truth FILE: kernels' true GPU time summed per rank, comm, function, size
+  std::string truth_ops;            ///< --truth-ops FILE: one line per op (short runs)
   bool verbose = false;
   u64 seed = 1;
   double launch_jitter_us = 5;  ///< each rank's launch time: + uniform [0, J) per op group

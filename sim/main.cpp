@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,10 +65,23 @@ int run_nodes(const options& o, const std::vector<int>& nodes, const std::string
   }
   if (o.verbose)
     std::fprintf(stderr, "ncclinsp-sim: loaded %s (v%d) from %s\n", lib.name(), lib.abi(), o.plugin.c_str());
+  // --trace: this process's calls into the plugin (a forked node's: FILE.<node>).
+  std::unique_ptr<trace_sink> trace;
+  if (!o.trace.empty()) {
+    const std::string path = o.node_index >= 0 ? o.trace + "." + o.node_prefix + std::to_string(o.node_index) : o.trace;
+    trace = std::make_unique<trace_sink>(path, lib.abi(), o.nccl ? o.nccl->version_code : 0, "ncclinsp-sim");
+    if (!trace->ok()) {
+      std::fprintf(stderr, "ncclinsp-sim: cannot write --trace %s\n", path.c_str());
+      return 1;
+    }
+    trace_sink::install(trace.get());
+  }
   model m(o);
   node_runner nr{o, m, lib, clock_map{base_ns, o.speed}, {}, {}};
   if (!prom_dir.empty()) fs::create_directories(prom_dir);
-  return nr.run(nodes, prom_dir);
+  const int rc = nr.run(nodes, prom_dir);
+  trace_sink::install(nullptr);  // every communicator has finalized
+  return rc;
 }
 
 }  // namespace

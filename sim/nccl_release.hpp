@@ -13,7 +13,8 @@ namespace ncclinsp::sim {
 
 struct nccl_release {
   const char* name = "2.31.2";
-  int abi = 7;  ///< native profiler table (profiler.cc ncclProfilerPluginLoad: newest first)
+  int version_code = 23102;  ///< NCCL_VERSION_CODE of the release read (the `nccl=` of a --trace header)
+  int abi = 7;               ///< native profiler table (profiler.cc ncclProfilerPluginLoad: newest first)
   /// scheduleCollTasksToPlan's CollNet branch leaves task->nChannels unset: Coll nChannels 0, KernelCh arrive.
   bool collnet_zero_channels = false;
   /// Symmetric kernels reach the profiler (2.31.2): before, ncclSymmetricTaskScheduler frees the tasks and
@@ -43,6 +44,7 @@ struct nccl_release {
 };
 
 inline constexpr nccl_release release_2_27{.name = "2.27",
+                                           .version_code = 22707,
                                            .abi = 4,
                                            .collnet_zero_channels = true,
                                            .sym_visible = false,
@@ -56,6 +58,7 @@ inline constexpr nccl_release release_2_27{.name = "2.27",
                                            .profiler_thread = false,
                                            .unload_on_init_error = false};
 inline constexpr nccl_release release_2_28{.name = "2.28",
+                                           .version_code = 22809,
                                            .abi = 5,
                                            .collnet_zero_channels = true,
                                            .sym_visible = false,
@@ -69,6 +72,7 @@ inline constexpr nccl_release release_2_28{.name = "2.28",
                                            .profiler_thread = false,
                                            .unload_on_init_error = false};
 inline constexpr nccl_release release_2_30{.name = "2.30",
+                                           .version_code = 23007,
                                            .abi = 6,
                                            .collnet_zero_channels = true,
                                            .sym_visible = false,
@@ -82,6 +86,7 @@ inline constexpr nccl_release release_2_30{.name = "2.30",
                                            .profiler_thread = false,
                                            .unload_on_init_error = true};
 inline constexpr nccl_release release_2_31_2{.name = "2.31.2",
+                                             .version_code = 23102,
                                              .abi = 7,
                                              .collnet_zero_channels = false,
                                              .sym_visible = true,

@@ -5,11 +5,14 @@
 /// Thread-safety: `run` starts and joins every thread; a rank's state is shared by its two threads only
 /// through the SPSC queue and atomics.
 
+#include "alltoall_workload.hpp"
+#include "cases_workload.hpp"
 #include "clock_map.hpp"
 #include "job_model.hpp"
 #include "nccl_driver.hpp"
 #include "proxy_clock.hpp"
 #include "proxy_queue.hpp"
+#include "side_thread.hpp"
 #include "sim_device.hpp"
 
 #include <algorithm>
@@ -42,56 +45,6 @@ using namespace ncclinsp::sim::job;
 namespace fs = std::filesystem;
 
 // ---- one rank -----------------------------------------------------------------------------
-/// A thread that runs one task at a time for the rank's user thread and returns when it is done: NCCL's
-/// CUDA host-callback thread (a graph replay's hostStreamPlanCallback) and the async group thread of a
-/// non-blocking communicator (groupLaunchNonBlocking). Coll/P2p events then come from that thread.
-class side_thread {
- public:
-  explicit side_thread(std::function<void()> on_start)
-      : t_([this, s = std::move(on_start)] {
-          s();
-          loop();
-        }) {}
-  side_thread(const side_thread&) = delete;
-  side_thread& operator=(const side_thread&) = delete;
-  ~side_thread() {
-    {
-      std::lock_guard lk(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-  template <class F>
-  void run(F&& f) {
-    std::unique_lock lk(mu_);
-    task_ = std::forward<F>(f);
-    pending_ = true;
-    cv_.notify_all();
-    cv_.wait(lk, [&] { return !pending_; });
-  }
-
- private:
-  void loop() {
-    std::unique_lock lk(mu_);
-    for (;;) {
-      cv_.wait(lk, [&] { return pending_ || quit_; });
-      if (pending_) {
-        task_();
-        pending_ = false;
-        cv_.notify_all();
-      } else {
-        return;
-      }
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> task_;
-  bool pending_ = false, quit_ = false;
-  std::thread t_;
-};
-
 /// The simulator's truth for --truth: the kernels' real GPU spans (before any release corrupts what the
 /// KernelCh events carry), summed per (communicator, function, bytes) of one rank; `corrupted` ops had
 /// another work's timestamps sent (the plugin must not publish those as GPU-timed).
@@ -163,6 +116,27 @@ struct node_runner {
     return c;
   }
 
+  /// The one communicator of --workload cases (ncclCommInitAll over one GPU: commName NULL, one rank)
+  /// and --workload alltoall (`ep`, every rank of the job).
+  comm_config make_workload_comm(const rank_state& r) const {
+    comm_config c;
+    c.mask_override = o.mask_override;
+    c.release = o.nccl;
+    c.recv_step_restarts = o.recv_restarts;
+    if (o.cases) {
+      c.null_name = true;
+      c.comm_hash = hash_str("cases");
+    } else {
+      c.name = "ep";
+      c.comm_hash = hash_str("ep");
+      c.n_nodes = o.nodes;
+      c.n_ranks = o.nodes * o.gpus;
+      c.rank = r.global;
+    }
+    c.comm_hash ^= mix(o.seed, 0x5eed);
+    return c;
+  }
+
   void push(rank_state& r, const proxy_item& it) {
     while (!r.q.push(it)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -190,7 +164,117 @@ struct node_runner {
     }
   }
 
+  /// --workload cases: cases_program on the rank's one-rank communicator, --steps times; replays on
+  /// its CUDA host-callback thread. As in the example, one thread makes every call: ncclCommInitAll,
+  /// the API calls, ncclCommDestroy. Nothing reaches the proxy thread (no op has KernelCh children).
+  void cases_user_thread(rank_state& r) {
+    bind_device(r.node, r.local);
+    r.comms[0] = std::make_unique<comm_driver>(lib, make_workload_comm(r));
+    {
+      side_thread host_callback([&r] { bind_device(r.node, r.local); });
+      for (int s = 0; s < std::max(o.steps, 1) && !stop.load(); ++s) {
+        cases_program::run(*r.comms[0], host_callback, [](const pending_op&) {});
+        r.steps.fetch_add(1);
+      }
+    }
+    r.comms[0]->finalize();
+    proxy_item q;
+    q.quit = true;
+    push(r, q);
+  }
+
+  /// --workload alltoall: per step one group of Send + Recv to every rank (a2a_model); the peer ops go
+  /// to the proxy thread with their GPU times (and ProxyOps across nodes), the self ones for the truth.
+  void alltoall_user_thread(rank_state& r) {
+    bind_device(r.node, r.local);
+    comm_driver& c = *r.comms[0];
+    a2a_model am(o);
+    const int n = am.ranks(), me = r.global;
+    const int nch = a2a_channels(o, o.a2a_bytes);
+    std::vector<op_desc> descs(std::size_t(2 * n));
+    std::vector<pending_op> pend(descs.size());
+    for (int j = 0; j < n; ++j) {
+      for (int dir = 0; dir < 2; ++dir) {  // ncclSend(to j), ncclRecv(from j)
+        op_desc& d = descs[std::size_t(2 * j + dir)];
+        d.kind = op_kind::p2p;
+        d.func = dir == 0 ? nccl_func::send : nccl_func::recv;
+        d.dtype = nccl_dtype::bfloat16;
+        d.count = o.a2a_bytes / 2;
+        d.peer = j;
+        d.n_channels = std::uint8_t(nch);
+        const int round = dir == 0 ? (j - me + n) % n : (me - j + n) % n;
+        d.channel_lo = a2a_channel_base(o, round);
+        const u64 base = 0x7f0000000000ull + (u64(me) << 32);
+        d.send_buff = reinterpret_cast<const void*>(base + u64(j) * o.a2a_bytes);
+        d.recv_buff = reinterpret_cast<void*>(base + (1ull << 31) + u64(j) * o.a2a_bytes);
+      }
+    }
+    double T = 0;
+    for (u64 s = 0; !stop.load(); ++s) {
+      if (o.steps > 0 ? s >= u64(o.steps) : T >= o.duration) break;
+      am.step(s, T);
+      clk.wait_until(am.arrival(me), stop);
+      if (stop.load()) break;
+      c.enqueue(std::span<const op_desc>(descs), std::span<pending_op>(pend));
+      for (std::size_t x = 0; x < descs.size(); ++x) {
+        const op_desc& d = descs[x];
+        const int peer = d.peer;
+        proxy_item it;
+        it.op = pend[x];
+        it.comm = 0;
+        it.start_ns = clk.gpu_ns(am.arrival(me));
+        const double end = d.func == nccl_func::send ? am.chunk_end(me, peer) : am.chunk_end(peer, me);
+        for (int ch = 0; ch < nch; ++ch) {
+          const double hop = am.latency(me, peer) * unit01(mix(mix(o.seed, s), u64(me) * 4096 + x * 64 + u64(ch)));
+          it.ch_stop[std::size_t(ch)] = clk.gpu_ns(end + hop);
+          it.stop_ns = std::max(it.stop_ns, it.ch_stop[std::size_t(ch)]);
+        }
+        if (peer != me) {
+          it.bad_timer = o.bad_timer > 0 && unit01(mix(mix(o.seed ^ 0xbad7, s), u64(me) * 4096 + x)) < o.bad_timer;
+          if (it.op.network && (it.op.mask & gate::proxy_op)) add_a2a_plans(am, me, d, end, it);
+        }
+        it.group_last = x + 1 == descs.size();
+        push(r, it);
+      }
+      T = am.end();
+      r.steps.fetch_add(1);
+    }
+    proxy_item q;
+    q.quit = true;
+    push(r, q);
+  }
+
+  /// The network ProxyOps of one peer chunk: per channel one ProxyOp of up to max_proxy_steps steps
+  /// (128 KiB, the network P2P step, or a quarter of the channel's share), its steps paced evenly over
+  /// the transfer [t0 + L, end]: a send step is ready at launch and done when its share has gone, a
+  /// recv step receives its share then hands it to the GPU.
+  void add_a2a_plans(const a2a_model& am, int me, const op_desc& d, double end, proxy_item& it) const {
+    const bool send = d.func == nccl_func::send;
+    const std::size_t per_ch = o.a2a_bytes / std::max<std::size_t>(d.n_channels, 1);
+    const std::size_t step = 128 * 1024;
+    const int steps = int(std::clamp<std::size_t>((per_ch + step - 1) / step, 1, std::size_t(max_proxy_steps)));
+    const double from = am.t0() + am.latency(me, d.peer), len = std::max(end - from, 0.0) / steps;
+    for (int ch = 0; ch < d.n_channels && it.n_plans < int(it.plans.size()); ++ch) {
+      proxy_plan& pl = it.plans[std::size_t(it.n_plans++)];
+      pl = proxy_plan{};
+      pl.channel = std::uint8_t(ch);
+      pl.is_send = send;
+      pl.peer = d.peer;
+      pl.start = clk.gpu_ns(am.arrival(me));
+      pl.n_steps = steps;
+      pl.step_bytes = (per_ch + std::size_t(steps) - 1) / std::size_t(steps);
+      for (int k = 0; k < steps; ++k) {
+        const double got = from + (k + 1) * len;
+        pl.steps[k] = send
+                          ? proxy_step_times{pl.start, pl.start, pl.start, clk.gpu_ns(got)}
+                          : proxy_step_times{pl.start, clk.gpu_ns(got), clk.gpu_ns(got + 1e-6), clk.gpu_ns(got + 2e-6)};
+      }
+    }
+  }
+
   void user_thread(rank_state& r) {
+    if (o.cases) return cases_user_thread(r);
+    if (o.alltoall) return alltoall_user_thread(r);
     bind_device(r.node, r.local);
     timeline tl(m);  // the whole job's coupled timeline, computed identically by every rank
     std::vector<op_desc> descs;
@@ -318,7 +402,7 @@ struct node_runner {
     bind_device(r.node, r.local);
     // One group's ops at a time: their KernelCh and ProxyOp/ProxyStep events interleave in time.
     std::array<proxy_item, 4> grp;
-    std::array<std::array<kernel_time, max_channels>, 4> times{};
+    std::array<std::array<kernel_time, max_channels>, 4> times{}, garbage{};
     std::array<timed_op, 4> timed{};
     std::size_t n = 0;
     // Simulated proxy clock for the next event only if it is a ProxyStep one (--speed 0; see clock_gettime).
@@ -352,6 +436,15 @@ struct node_runner {
         c.start_only(cur.op, cur.start_ns);
         continue;
       }
+      if (cur.op.self_p2p) {  // a Send/Recv to the rank itself: no KernelCh, nothing to emit
+        if (!o.truth.empty() || r.truth_ops) note_truth(r, c, cur.op, nullptr, 0);
+        if (cur.group_last && n > 0) {
+          const sim_clock_off off;
+          c.complete_timed(std::span<const timed_op>(timed.data(), n), wait);
+          n = 0;
+        }
+        continue;
+      }
       const int nch = std::min<int>(cur.op.n_channels, int(max_channels));
       for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
         auto& kt = times[n][std::size_t(ch)];
@@ -360,7 +453,12 @@ struct node_runner {
       }
       timed[n] = timed_op{&cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
                           std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans))};
-      if (!o.truth.empty() || r.truth_ops) note_truth(r, c, cur.op, times[n].data(), nch);
+      if (cur.bad_timer && nch > 0) {  // a garbage GPU timer: the first channel stops ~530 years later
+        std::copy(times[n].begin(), times[n].begin() + nch, garbage[n].begin());
+        garbage[n][0].stop_ns = ~std::uint64_t(0) - 4095;
+        timed[n].sent = std::span<const kernel_time>(garbage[n].data(), std::size_t(nch));
+      }
+      if (!o.truth.empty() || r.truth_ops) note_truth(r, c, cur.op, times[n].data(), nch, cur.bad_timer);
       ++n;
       if (!cur.group_last && n < grp.size()) continue;
       // All ops of a group run on one communicator.
@@ -377,14 +475,23 @@ struct node_runner {
 
   /// --truth: the kernel's real span on this rank (earliest channel start to latest channel stop, as the
   /// GPU stamped them), before the release's device-ring effects decide what the KernelCh events carry.
-  static void note_truth(rank_state& r, const comm_driver& c, const pending_op& p, const kernel_time* t, int nch) {
-    if (p.kind == op_kind::ce_coll || nch <= 0) return;
+  /// A Send/Recv to the rank itself (`t` NULL) counts as untimed: it has no KernelCh. `bad_timer`: its
+  /// KernelCh carried a garbage timer (--bad-timer), counted as corrupted.
+  static void note_truth(rank_state& r, const comm_driver& c, const pending_op& p, const kernel_time* t, int nch,
+                         bool bad_timer = false) {
+    const truth_key k{c.config().comm_hash, c.config().rank, c.config().n_ranks, int(p.func), u64(p.bytes)};
+    if (p.self_p2p) {
+      truth_sum& s = r.truth[k];
+      ++s.ops;
+      ++s.untimed;
+      return;
+    }
+    if (p.kind == op_kind::ce_coll || nch <= 0 || !t) return;
     u64 lo = t[0].start_ns, hi = t[0].stop_ns;
     for (int i = 1; i < nch; ++i) lo = std::min(lo, t[i].start_ns), hi = std::max(hi, t[i].stop_ns);
-    const truth_key k{c.config().comm_hash, c.config().rank, c.config().n_ranks, int(p.func), u64(p.bytes)};
     truth_sum& s = r.truth[k];
     ++s.ops;
-    const bool corrupted = p.stale_timestamps || p.drifted;
+    const bool corrupted = p.stale_timestamps || p.drifted || bad_timer;
     const bool untimed = !p.kernel_events || !(p.mask & abi::ev_kernel_ch);
     if (corrupted) ++s.corrupted;
     if (untimed) ++s.untimed;
@@ -453,6 +560,11 @@ struct node_runner {
       for (auto& rp : ranks)
         init.emplace_back([this, r = rp.get()] {
           bind_device(r->node, r->local);
+          if (o.cases) return;  // created and destroyed by its user thread
+          if (o.alltoall) {     // the workload's one communicator
+            r->comms[0] = std::make_unique<comm_driver>(lib, make_workload_comm(*r));
+            return;
+          }
           for (comm_kind k : {comm_kind::tp, comm_kind::fsdp, comm_kind::dp, comm_kind::pp}) {
             if (comm_size(o, k) < 2) continue;
             r->comms[std::size_t(k)] = std::make_unique<comm_driver>(lib, make_comm(*r, k));

@@ -27,6 +27,7 @@ struct proxy_item {
   bool group_last = true;  // the last op of its group (the proxy thread emits a group at once)
   bool start_only = false;
   bool pxn = false;
+  bool bad_timer = false;  // --bad-timer: its first channel's KernelCh stop carries a garbage timer value
   bool quit = false;
 };
 

@@ -85,6 +85,7 @@ inline void mark_program(const options& o, std::vector<sim_group>& g);
 
 inline std::vector<sim_group> build_program(const options& o) {
   if (o.serving) return build_serving_program(o);
+  if (o.cases || o.alltoall) return {};  // their own sequences: cases_workload.hpp, alltoall_workload.hpp
   const std::size_t ag = 32 * mib, ar_tp = 32 * mib, ar_dp = 128 * mib;
   auto tag = [&](u64 t) { return o.user_tags ? t : 0; };
   std::vector<sim_group> g;
