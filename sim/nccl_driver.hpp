@@ -17,6 +17,12 @@
 ///    Broadcast emits no Coll event (NCCL_ALLGATHERV_ENABLE=1 default, NVIDIA/nccl #2278), also in v7.
 ///  * v7 (2.31): userTag, symmetric kernels (`isSymColl`, `kernelVariant`, algo = text after the first '_',
 ///    proto = ""), KernelPhase children of KernelCh (bit 15 implies KernelCh).
+///  * every version: a Send/Recv whose peer is the communicator's own rank gets its P2p events (with its
+///    channels) and never a KernelCh or ProxyOp (enqueue.cc addP2pToPlan: no proxy op for a self send);
+///    a collective on a one-rank communicator gets no event at all (taskAppend -> ncclLaunchOneRank);
+///    a group's ops form kernel plans (one KernelLaunch and Group each) split at the 4 KiB kernel-argument
+///    budget; under capture a plan without proxy ops emits its Group and tasks at capture and nothing at
+///    its replays (ncclLaunchPrepare, ncclLaunchKernelAfter_NoCuda).
 ///  * `shim_quirks`: emulate a newer NCCL driving an old plugin through its shim: union bytes not set by
 ///    the shim are garbage (0xA5 here), the v4 shim forgets `p2p.nChannels`, the v4 shim does not gate
 ///    Coll on the Group handle, and the v5 shim passes a non-NULL, uninitialised args pointer for 19/23/24.
