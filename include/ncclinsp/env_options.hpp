@@ -74,11 +74,12 @@ struct env_options {
   std::uint32_t detect_persist_s = 9;       ///< NCCLINSP_DETECT_PERSIST_S: a degradation is sustained after this long
   std::uint32_t detect_deep_pct = 60;       ///< NCCLINSP_DETECT_DEEP_PCT: ... or at once below this % of baseline
   // ---- callback capture (docs/traces.md) ----
-  std::string capture_dir;            ///< NCCLINSP_CAPTURE: record every callback into DIR/ncclinsp-<host>-<pid>.trace
-  std::uint64_t capture_max_mb = 256;  ///< NCCLINSP_CAPTURE_MAX_MB: the trace file's bound (later lines dropped, counted)
+  std::string capture_dir;  ///< NCCLINSP_CAPTURE: record every callback into DIR/ncclinsp-<host>-<pid>.trace
+  std::uint64_t capture_max_mb =
+      256;               ///< NCCLINSP_CAPTURE_MAX_MB: the trace file's bound (later lines dropped, counted)
   int capture_mask = 0;  ///< NCCLINSP_CAPTURE_MASK: event types added to NCCL's mask while capturing (4095: all of v5)
-  bool proxy = false;                       ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
-  std::uint32_t proxy_sample = 16;          ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
+  bool proxy = false;    ///< NCCLINSP_PROXY: subscribe to ProxyOp/ProxyStep (network wait by state)
+  std::uint32_t proxy_sample = 16;  ///< NCCLINSP_PROXY_SAMPLE: proxy events for 1 op in N (by sequence number)
   // ---- cardinality of the .prom files (docs/scale.md) ----
   std::vector<std::string> drop_labels;  ///< NCCLINSP_DROP_LABELS=rank,comm_hash,uuid,algo_proto
   std::uint32_t size_bucket_bits =
@@ -289,8 +290,8 @@ inline std::string env_options::describe() const {
                       : std::string("off"));
   kv("proxy", proxy ? "1 op in " + std::to_string(proxy_sample) : std::string("off"));
   if (!capture_dir.empty())
-    kv("capture", capture_dir + " (max " + std::to_string(capture_max_mb) + " MiB, mask +" +
-                      std::to_string(capture_mask) + ")");
+    kv("capture",
+       capture_dir + " (max " + std::to_string(capture_max_mb) + " MiB, mask +" + std::to_string(capture_mask) + ")");
   return s;
 }
 

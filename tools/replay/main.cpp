@@ -379,7 +379,8 @@ class replayer {
   }
   static std::int64_t i(const char* k, const line_words& w) {
     std::int64_t v = 0;
-    if (auto it = w.kv.find(k); it != w.kv.end()) std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (auto it = w.kv.find(k); it != w.kv.end())
+      std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
     return v;
   }
   static void* p(const char* k, const line_words& w) {

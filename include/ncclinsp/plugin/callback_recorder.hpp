@@ -50,8 +50,8 @@ class callback_recorder {
     ::mkdir(dir.c_str(), 0755);  // an existing directory is fine; any other failure shows at open
     std::string safe_host;
     for (char c : host) safe_host += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
-    const std::string base = dir + "/ncclinsp-" + (safe_host.empty() ? "host" : safe_host) + "-" +
-                             std::to_string(::getpid()) + ".trace";
+    const std::string base =
+        dir + "/ncclinsp-" + (safe_host.empty() ? "host" : safe_host) + "-" + std::to_string(::getpid()) + ".trace";
     int fd = -1;
     std::string path;
     for (int n = 0; n < 100 && fd < 0; ++n) {

@@ -232,8 +232,8 @@ class plugin_state {
     int nccl_version = 0;
     if (auto fn = reinterpret_cast<int (*)(int*)>(::dlsym(RTLD_DEFAULT, "ncclGetVersion"))) fn(&nccl_version);
     std::string error;
-    capture_ = callback_recorder::open(opts_.capture_dir, detail::host_name(), opts_.capture_max_mb << 20,
-                                       abi_version, nccl_version, error);
+    capture_ = callback_recorder::open(opts_.capture_dir, detail::host_name(), opts_.capture_max_mb << 20, abi_version,
+                                       nccl_version, error);
     if (!capture_) {
       log(log_level::warn, "NCCLINSP_CAPTURE: " + error + "; running without the capture");
       return;
