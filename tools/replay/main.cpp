@@ -263,17 +263,23 @@ class replayer {
     return true;
   }
 
+  /// The fields a Coll and a CeColl share.
+  template <class C>
+  void fill_shared(C& c, const line_words& w) {
+    c.seqNumber = u("seq", w);
+    c.func = s("func", w);
+    c.sendBuff = p("send", w);
+    c.recvBuff = p("recv", w);
+    c.count = u("count", w);
+    c.root = static_cast<int>(i("root", w));
+    c.datatype = s("dt", w);
+  }
+
   template <class D>
   void fill(D& d, std::uint64_t type, const line_words& w) {
     if (type == abi::ev_coll) {
       auto& c = d.coll;
-      c.seqNumber = u("seq", w);
-      c.func = s("func", w);
-      c.sendBuff = p("send", w);
-      c.recvBuff = p("recv", w);
-      c.count = u("count", w);
-      c.root = static_cast<int>(i("root", w));
-      c.datatype = s("dt", w);
+      fill_shared(c, w);
       c.nChannels = static_cast<std::uint8_t>(u("nch", w));
       c.nWarps = static_cast<std::uint8_t>(u("nwarps", w));
       c.algo = s("algo", w);
@@ -338,13 +344,7 @@ class replayer {
     if constexpr (requires { d.ceColl; }) {
       if (type == abi::ev_ce_coll) {
         auto& c = d.ceColl;
-        c.seqNumber = u("seq", w);
-        c.func = s("func", w);
-        c.sendBuff = p("send", w);
-        c.recvBuff = p("recv", w);
-        c.count = u("count", w);
-        c.root = static_cast<int>(i("root", w));
-        c.datatype = s("dt", w);
+        fill_shared(c, w);
         c.syncStrategy = s("sync", w);
         c.intraBatchSync = u("intra", w) != 0;
         c.batchSize = static_cast<std::uint32_t>(u("batch", w));
