@@ -16,10 +16,11 @@
 ///  * on rank a, Send to b: KernelCh start a_a (+ block scheduling, < 1 µs per channel), stop
 ///    t0 + d(a→b) + up to one hop; Recv from b: stop t0 + d(b→a) + up to one hop. The step ends with its
 ///    slowest chunk: T_{s+1}.
-/// Channels: each pair (round r = peer − rank) runs on nChannels channels from the round's base, as
-/// addP2pToPlan / ncclP2pChannelBaseForRound / ncclP2pChannelForPart place it with 64 P2P channels
-/// (one node: base = bit-reverse of r; several nodes: base = bit-reverse of r/8), capped at the
-/// simulator's 16 channels per op.
+/// Channels: each pair (round r of init.cc's p2pSchedule: a2a_schedule) runs on nChannels channels from
+/// the round's base, as addP2pToPlan / ncclP2pChannelBaseForRound / ncclP2pChannelForPart place it with
+/// 64 P2P channels (one node: base = bit-reverse of r; several nodes: the rounds of one group of
+/// a2a_group_size ranks share a base, so with 2 to 7 GPUs per node the pairs to the other GPUs of the
+/// node run on the self pair's channels 0..nChannels-1), capped at the simulator's 16 channels per op.
 /// Thread-safety: pure functions of the options.
 
 #include "job_hash.hpp"
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 namespace ncclinsp::sim::job {
@@ -55,9 +57,52 @@ inline int a2a_channels(const options& o, std::size_t bytes) {
   return std::clamp(nch, 1, int(max_channels));
 }
 
-/// ncclP2pChannelBaseForRound: the first channel of round r's pair.
+/// init.cc ncclP2pSchedule's group size: NCCL_P2P_SCHEDULE_GROUP_SIZE (8) across nodes, lowered to its
+/// gcd with the GPUs per node where those are fewer or not a multiple; one node: its GPUs.
+inline int a2a_group_size(const options& o) {
+  if (o.nodes <= 1) return std::max(o.gpus, 1);
+  int g = 8;
+  if (o.gpus % g != 0 || o.gpus < g) g = std::gcd(g, std::max(o.gpus, 1));
+  return g;
+}
+
+/// comm->p2pSchedule of rank `me` (init.cc ncclP2pSchedule): round r sends to `send[r]` and receives
+/// from `recv[r]`; round 0 is the rank itself. Groups of a2a_group_size ranks on one node; the group
+/// deltas follow the quadratic sequence (x*x+x)/2 mod pow2Up(nGroups), skipping those >= nGroups.
+struct a2a_schedule {
+  std::vector<int> send, recv;
+  a2a_schedule(const options& o, int me) {
+    const int gs = a2a_group_size(o), n = o.nodes * o.gpus, n_groups = n / gs;
+    const int local = (me % o.gpus) % gs;
+    const int group = me / gs;  // the groups of earlier nodes, then this node's (me % gpus) / gs
+    int pow2 = 1;
+    while (pow2 < n_groups) pow2 *= 2;
+    auto rank_of = [&](int g, int l) { return g * gs + l; };  // group g is node (g*gs)/gpus, local base (g*gs)%gpus
+    unsigned group_round = 0, group_delta = 0;
+    do {
+      if (int(group_delta) < n_groups) {
+        const int sg = (group + int(group_delta)) % n_groups, rg = (group - int(group_delta) + n_groups) % n_groups;
+        for (int d = 0; d < gs; ++d) {
+          send.push_back(rank_of(sg, (local + d) % gs));
+          recv.push_back(rank_of(rg, (local - d + gs) % gs));
+        }
+      }
+      group_round += 1;
+      group_delta = (group_delta + group_round) & unsigned(pow2 - 1);
+    } while (int(group_round) != pow2);
+  }
+  int send_round(int peer) const { return int(std::find(send.begin(), send.end(), peer) - send.begin()); }
+  int recv_round(int peer) const { return int(std::find(recv.begin(), recv.end(), peer) - recv.begin()); }
+};
+
+/// ncclP2pChannelBaseForRound: the first channel of round r's pair. One node: reverseBits(r); several:
+/// rounds of one group delta share a base (groupDelta * divUp(groupSize, 8) + localDelta / 8).
 inline int a2a_channel_base(const options& o, int round) {
-  const int v = o.nodes > 1 ? round / 8 : round;  // p2pSchedGroupSize 8, NCCL_MAX_DEV_WORK_P2P_PER_BATCH 8
+  int v = round;
+  if (o.nodes > 1) {
+    const int gs = a2a_group_size(o);
+    v = (round / gs) * ((gs + 7) / 8) + (round % gs) / 8;  // NCCL_MAX_DEV_WORK_P2P_PER_BATCH 8
+  }
   int r = 0;
   for (int b = 0, x = v; b < 6; ++b, x >>= 1) r = (r << 1) | (x & 1);  // reverseBits(v, log2(64))
   return r;

@@ -180,13 +180,23 @@ class comm_driver {
   void complete_timed(std::span<const timed_op> ops, Wait&& wait) {
     if (!active_ || ops.empty() || lib_->unloaded()) return;
     kernel_time seen[detail::max_timed_ops][detail::max_timed_channels];
+    kernel_time when[detail::max_timed_ops][detail::max_timed_channels];
     timed_op sent[detail::max_timed_ops];
     const std::size_t n = std::min(ops.size(), detail::max_timed_ops);
     for (std::size_t i = 0; i < n; ++i) {
       sent[i] = ops[i];
       if (!ops[i].kernel.empty()) {
-        const auto carried = device_ring(*ops[i].op, ops[i].kernel, seen[i]);
+        bool at_once = false;
+        const auto carried = device_ring(*ops[i].op, ops[i].kernel, seen[i], &at_once);
         if (carried.data() != ops[i].kernel.data()) sent[i].sent = carried;  // events keep their times
+        if (at_once) {  // a shifted op's slot was written long ago: its KernelCh come as it starts
+          const std::size_t nch = std::min<std::size_t>(ops[i].op->n_channels, detail::max_timed_channels);
+          for (std::size_t c = 0; c < nch; ++c) {
+            const std::uint64_t s0 = ops[i].kernel[std::min(c, ops[i].kernel.size() - 1)].start_ns;
+            when[i][c] = {s0, s0};
+          }
+          sent[i].kernel = std::span<const kernel_time>(when[i], nch);
+        }
       }
     }
     visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(sent, n), wait); });
@@ -195,15 +205,16 @@ class comm_driver {
   /// The device side of the 64-slot work rings (src/include/device.h struct ncclDevProfiler: workStarted
   /// and workCompleted, {counter, timestamp} per slot, written by the kernel's profiler() in
   /// src/device/common.h): op `p`'s work started on each of its channels at `t[i].start_ns`, stamping
-  /// slot (work % 64) of workStarted, and, if `ended`, finished at `t[i].stop_ns` (workCompleted). No events.
+  /// slot (dev_work % 64) of workStarted, and, if `ended`, finished at `t[i].stop_ns` (workCompleted).
+  /// No events. A self P2P up to 2.31.0a has a device number and no host one: run it too.
   void device_run(const pending_op& p, std::span<const kernel_time> t, bool ended = true) noexcept {
-    if (!p.work || t.empty()) return;
+    if (!p.dev_work || t.empty()) return;
     const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
     for (std::size_t i = 0; i < n; ++i) {
       const kernel_time own = t[std::min(i, t.size() - 1)];
-      const std::size_t at = ring_index(p.channel_lo + i, p.work);
-      dev_started_[at] = {p.work, own.start_ns};
-      if (ended) dev_completed_[at] = {p.work, own.stop_ns};
+      const std::size_t at = ring_index(p.channel_lo + i, p.dev_work);
+      dev_started_[at] = {p.dev_work, own.start_ns};
+      if (ended) dev_completed_[at] = {p.dev_work, own.stop_ns};
     }
   }
   /// Grouped same-function ops on one channel run as one work batch: the kernel's profiler()
@@ -214,8 +225,9 @@ class comm_driver {
   /// The reader's side (up to 2.31.0a0 src/transport/profiler.cc profilerProxyProgress, 2.31.2
   /// src/plugin/profiler.cc profilerProgressOps): a channel's KernelCh start and stop come once
   /// `sub->base <= slot.counter` and carry that slot's timestamp, so a reader 64 or more works behind
-  /// sends a later work's. Emits `p`'s KernelCh events; false (nothing sent) while a channel's work has
-  /// not both started and ended as the slots say (NCCL's reader keeps polling).
+  /// sends a later work's, and a `shifted` op (host number behind its device number) the slot of an
+  /// earlier work, at once, before its own runs. Emits `p`'s KernelCh events; false (nothing sent) while
+  /// a channel's slot has not both started and ended as the slots say (NCCL's reader keeps polling).
   bool read_back(const pending_op& p) {
     if (!active_ || lib_->unloaded() || !p.work) return false;
     const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
@@ -313,15 +325,28 @@ class comm_driver {
   /// The timestamps the KernelCh events of `p` carry: the op's own (`t`, per channel), or, where the
   /// release reads another work's device-ring slot, the channel's previous work's (0 where none: NCCL
   /// then has no timestamp) or, with the 2.31 drift, the op's start and the previous work's end.
-  /// Keeps the last real work per channel (proxy thread only). Returns `t` itself when nothing changes.
-  std::span<const kernel_time> device_ring(const pending_op& p, std::span<const kernel_time> t,
-                                           kernel_time* out) noexcept {
+  /// A `shifted` op reads the slot of its host number (`work`) before its own work runs: once the
+  /// channel ran uncounted works, that slot was written long ago, by the work that many places earlier
+  /// (or, 64 or more behind, by the newest work to reuse the slot), so its KernelCh come at once with
+  /// those stamps (`*at_once`; the previous work's stamps if the caller never ran that slot's work).
+  /// Then the op's work runs: its stamps go to the slot of its device number (`dev_work`), where a
+  /// later reader finds them. Keeps the last real work per channel (proxy thread only). Returns `t`
+  /// itself when nothing changes.
+  std::span<const kernel_time> device_ring(const pending_op& p, std::span<const kernel_time> t, kernel_time* out,
+                                           bool* at_once = nullptr) noexcept {
     const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
-    const bool changed = p.stale_timestamps || p.drifted;
+    const bool changed = p.stale_timestamps || p.drifted || p.shifted;
+    bool read_at_once = p.shifted && n > 0;
     for (std::size_t i = 0; i < n; ++i) {
       const kernel_time own = t[std::min(i, t.size() - 1)];
       kernel_time& prev = ring_[(p.channel_lo + i) % detail::max_timed_channels];
-      if (p.stale_timestamps) {
+      if (p.shifted) {
+        const std::size_t at = ring_index(p.channel_lo + i, p.work);
+        const bool written = dev_started_[at].counter >= p.work && dev_completed_[at].counter >= p.work;
+        out[i] = written ? kernel_time{dev_started_[at].timestamp, dev_completed_[at].timestamp} : prev;
+        read_at_once &= written;
+        prev = own;
+      } else if (p.stale_timestamps) {
         out[i] = prev;
       } else if (p.drifted) {
         out[i] = {own.start_ns, prev.stop_ns};
@@ -330,20 +355,58 @@ class comm_driver {
         out[i] = own;
         prev = own;
       }
+      if (p.dev_work) {  // the kernel stamps its work's slots
+        const std::size_t at = ring_index(p.channel_lo + i, p.dev_work);
+        dev_started_[at] = {p.dev_work, own.start_ns};
+        dev_completed_[at] = {p.dev_work, own.stop_ns};
+      }
     }
+    if (at_once) *at_once = read_at_once;
     if (!changed || n == 0) return t;
     return {out, n};
   }
 
-  /// Numbers the works of ops with KernelCh children by their channels' host work counters (an op's
-  /// channels are numbered by its first channel's counter: exact where a communicator's ops use the
-  /// same channels, which is what the device-ring cases drive).
+  /// Numbers the works of one launch in plan order (pending_op::plan_pos), per channel, twice: as the
+  /// host counts them (`work`: ops with KernelCh children; proxy.cc incWorkCounter / 2.31.2
+  /// ncclProfilerPostPlanWork) and as the device does (`dev_work`: every work the kernel runs, and so
+  /// also a self P2P's where the release says the host skips it, silent replays included). The Send and
+  /// Recv of one pair are one work per channel over the larger channel count. An op's channels are
+  /// numbered by its first channel's counters: exact where the ops of a communicator use the same or
+  /// disjoint channel ranges (every workload here). `shifted`: one of its channels is behind.
   void number_works(std::span<pending_op> out) noexcept {
-    for (pending_op& p : out) {
-      if (!p.kernel_events || p.n_channels == 0) continue;
-      p.work = ++host_work_[p.channel_lo % detail::max_timed_channels];
-      for (std::size_t i = 1; i < std::min<std::size_t>(p.n_channels, detail::max_timed_channels); ++i)
-        ++host_work_[(p.channel_lo + i) % detail::max_timed_channels];
+    constexpr std::size_t nch_max = detail::max_timed_channels;
+    const bool self_shifts = cfg_.release && cfg_.release->self_p2p_shifts_counter;
+    std::uint16_t order[256];
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < out.size() && n < std::size(order); ++i)
+      if (out[i].plan_pos != 0xFFFF) order[n++] = std::uint16_t(i);
+    std::sort(order, order + n, [&](std::uint16_t a, std::uint16_t b) { return out[a].plan_pos < out[b].plan_pos; });
+    for (std::size_t j = 0; j < n; ++j) {
+      pending_op& p = out[order[j]];
+      pending_op* second = j + 1 < n && out[order[j + 1]].pair_second ? &out[order[j + 1]] : nullptr;
+      const bool host = (p.kernel_events && p.n_channels) || (second && second->kernel_events && second->n_channels);
+      const bool self = p.self_p2p && self_shifts;
+      const std::size_t nch =
+          std::min<std::size_t>(std::max(p.n_channels, second ? second->n_channels : std::uint8_t(0)), nch_max);
+      if ((host || self) && nch > 0) {
+        bool behind = false;
+        for (std::size_t i = 0; i < nch; ++i) {
+          const std::size_t c = (p.channel_lo + i) % nch_max;
+          behind |= dev_work_[c] != host_work_[c];
+          if (host) ++host_work_[c];
+          ++dev_work_[c];
+        }
+        const std::size_t c0 = p.channel_lo % nch_max;
+        p.work = host ? host_work_[c0] : 0;
+        p.dev_work = dev_work_[c0];
+        p.shifted = host && behind;
+      }
+      if (second) {
+        second->work = p.work;
+        second->dev_work = p.dev_work;
+        second->shifted = p.shifted;
+        ++j;
+      }
     }
   }
   static std::size_t ring_index(std::size_t channel, std::uint64_t work) noexcept {
@@ -371,7 +434,8 @@ class comm_driver {
     std::uint64_t counter = 0;
     std::uint64_t timestamp = 0;
   };
-  std::uint64_t host_work_[detail::max_timed_channels] = {};  ///< works launched per channel (enqueue side)
+  std::uint64_t host_work_[detail::max_timed_channels] = {};  ///< works the host counted per channel (enqueue side)
+  std::uint64_t dev_work_[detail::max_timed_channels] = {};   ///< works the device ran per channel (enqueue side)
   std::unique_ptr<ring_slot[]> dev_started_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
   std::unique_ptr<ring_slot[]> dev_completed_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
 };

@@ -126,7 +126,9 @@ class enqueue_sequence {
       if (ops[i].kind != op_kind::p2p) continue;
       const bool send = ops[i].func != nccl_func::recv;
       const int peer = ops[i].peer < 0 ? 0 : ops[i].peer % nr;
-      const int round = send ? (peer - cfg_.rank + nr) % nr : (cfg_.rank - peer + nr) % nr;
+      const int round = ops[i].p2p_round >= 0 ? ops[i].p2p_round
+                        : send                  ? (peer - cfg_.rank + nr) % nr
+                                                : (cfg_.rank - peer + nr) % nr;
       std::uint32_t pass = 0;
       for (std::size_t j = 0; j < np; ++j) {
         const op_desc& o = ops[p2p[j]];
@@ -161,20 +163,25 @@ class enqueue_sequence {
       for (std::size_t j = a; j < b; ++j) {
         pl.plan_of[p2p[j]] = plan;
         pl.order[pl.n_order++] = p2p[j];
+        out[p2p[j]].pair_second = j > a;  // addP2pToPlan: one work per channel for the send and the recv
       }
       a = b;
     }
     pl.n = any ? std::uint8_t(plan + 1) : 0;
     // A plan has proxy ops when one of its tasks has: a network connection, or a profiler proxy op
     // (addProfilerProxyOpIfNeeded: ncclProfilerNeedsProxy, KernelCh in the task's mask; none for a self P2P).
-    // A replay runs what the capture recorded: the host callbacks of the plans that had proxy ops then.
+    // 2.31.2 also gives a host callback to a plan with profiler ops (hasProfilerOps: a task with KernelCh
+    // in its mask, a self P2P included). A replay runs what the capture recorded: the host callbacks of
+    // the plans that had them then.
+    const bool profiler_ops = cfg_.release && cfg_.release->host_callback_for_profiler_ops;
     for (std::size_t j = 0; j < pl.n_order; ++j) {
       const std::size_t i = pl.order[j];
       const pending_op& p = out[i];
-      const bool proxy = mode_ == enqueue_mode::replay
-                             ? graph_ && i < max_graph_ops && graph_->host_callback[i]
-                             : !p.self_p2p && (p.network || (p.kernel_events && (p.mask & abi::ev_kernel_ch)));
+      const bool kch = p.kernel_events && (p.mask & abi::ev_kernel_ch);
+      const bool proxy = mode_ == enqueue_mode::replay ? graph_ && i < max_graph_ops && graph_->host_callback[i]
+                                                       : (!p.self_p2p && (p.network || kch)) || (profiler_ops && kch);
       if (proxy) pl.has_proxy[pl.plan_of[i]] = true;
+      out[i].plan_pos = std::uint16_t(j);
     }
     for (std::size_t j = 0; j < pl.n_order; ++j) {
       const std::size_t i = pl.order[j];
@@ -223,15 +230,19 @@ class enqueue_sequence {
         p.channel_lo = cursor;
         cursor = std::uint8_t(cursor + op.n_channels);
       }
-    } else if (op.kind == op_kind::p2p) {
-      p.channel_lo =
-          op.channel_lo >= 0 ? std::uint8_t(op.channel_lo) : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
     }
     p.one_rank = cfg_.n_ranks == 1 && op.kind != op_kind::p2p;
     p.self_p2p = op.kind == op_kind::p2p && op.peer == cfg_.rank;
+    if (op.kind == op_kind::p2p) {  // a self pair runs in round 0, whose base is reverseBits(0) = 0
+      p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)
+                     : p.self_p2p       ? std::uint8_t(0)
+                                        : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
+    }
     if (p.self_p2p) p.network = false;  // a copy inside the rank's own kernel
     if (op.kind == op_kind::coll && !p.one_rank) (void)coll_channels(op, p);
-    if (op.kind == op_kind::p2p) p.kernel_events = !p.self_p2p;
+    // KernelCh for a self P2P only where ncclProfilerPostPlanWork posts them (2.31.2).
+    if (op.kind == op_kind::p2p)
+      p.kernel_events = !p.self_p2p || (cfg_.release && cfg_.release->self_p2p_kernel_ch);
   }
 
   /// A collective's KernelCh children (`p.kernel_events`) and the channel count its Coll announces, as the

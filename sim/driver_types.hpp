@@ -33,7 +33,12 @@ struct op_desc {
   const char* algo = "RING";
   const char* proto = "SIMPLE";
   std::uint8_t n_channels = 1;
-  int channel_lo = -1;  ///< -1: collectives use the group's channel cursor, P2P a peer-derived non-zero base
+  /// -1: collectives use the group's channel cursor; P2P to the rank itself round 0's base, 0
+  /// (ncclP2pChannelBaseForRound); to a peer a peer-derived non-zero base.
+  int channel_lo = -1;
+  /// P2P: the round of comm->p2pSchedule (init.cc ncclP2pSchedule) that pairs this op; -1: the driver's
+  /// (rank +/- round) mod nRanks. The Send and the Recv of one round form one work per channel.
+  int p2p_round = -1;
   std::uint8_t n_warps = 16;
   std::uint64_t user_tag = 0;            ///< v7 only
   const char* kernel_variant = nullptr;  ///< v7 symmetric kernel name, e.g. "AllReduce_AGxLL_R"; NULL = regular
@@ -80,8 +85,19 @@ struct pending_op {
   bool drifted = false;          ///< 2.31 drift: start is the op's, stop the channel's previous work's
   bool proxy_unstopped = false;  ///< CollNet/SHM/P2P proxies: ProxyOps started, never stopped
   bool collnet = false;          ///< CollNet: KernelCh starts of every channel come before any stop (one proxy pass)
-  /// Its work's number in the device ring of its first channel (the proxy's sub->base), 1-based; 0: none.
+  /// Its work's number in the device ring of its first channel as the host counts it (the proxy's
+  /// sub->base, the slot its KernelCh read), 1-based; 0: none. The Send and Recv of one pair share it.
   std::uint64_t work = 0;
+  /// The number the device gives the same work (the slot it stamps); differs from `work` once the
+  /// channel ran works the host did not count (a self P2P up to 2.31.0a: nccl_release::self_p2p_shifts_counter).
+  std::uint64_t dev_work = 0;
+  /// One of its channels ran such works before it: its KernelCh read an earlier work's slot, delivered
+  /// as soon as that slot is written (comm_driver::device_ring).
+  bool shifted = false;
+  /// Its place in its group's kernel plans (Coll/P2p order), and whether it is the second op of a
+  /// send/recv pair that shares one work per channel with the op before it; 0xFFFF: not planned.
+  std::uint16_t plan_pos = 0xFFFF;
+  bool pair_second = false;
 };
 
 /// A captured CUDA graph of one communicator: the ops of its API calls and the CollApi/P2pApi handles

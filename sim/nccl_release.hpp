@@ -41,6 +41,21 @@ struct nccl_release {
   bool profiler_thread = true;
   /// ncclProfilerPluginInit unloads the library on an init error (2.30.3+, commit 34929fe8).
   bool unload_on_init_error = true;
+  /// Up to 2.31.0a: a Send/Recv to the rank itself runs as a device work that the kernel counts
+  /// (src/device/common.h profiler(): `workCounter += nWorks` for every work of a batch) and the host
+  /// does not (src/proxy.cc incWorkCounter runs only for a profiler proxy op, which
+  /// enqueue.cc addP2pToPlan never makes for a self pair): +1 per self pair on channels
+  /// 0..max(nchSend, nchRecv)-1, also per replay of a captured self-only plan, never undone. Every later
+  /// KernelCh on such a channel reads the slot of the work that many places earlier.
+  bool self_p2p_shifts_counter = false;
+  /// 2.31.2: plugin/profiler.cc ncclProfilerPostPlanWork posts KernelCh for every P2P pair, self pairs
+  /// included (one per channel of each direction, from the communicator's profiler thread), and counts
+  /// them on the host: no shift.
+  bool self_p2p_kernel_ch = true;
+  /// 2.31.2: ncclLaunchPrepare gives a captured plan a host callback when `plan->hasProxyOps ||
+  /// plan->hasProfilerOps` (a task with KernelCh in its mask): a captured self-only plan then emits
+  /// Group, P2p and KernelCh at every replay, nothing at capture. Before, only `hasProxyOps`.
+  bool host_callback_for_profiler_ops = true;
 };
 
 inline constexpr nccl_release release_2_27{.name = "2.27",
@@ -56,7 +71,10 @@ inline constexpr nccl_release release_2_27{.name = "2.27",
                                            .proxy_step_needs_op = true,
                                            .purge_at_destroy = false,
                                            .profiler_thread = false,
-                                           .unload_on_init_error = false};
+                                           .unload_on_init_error = false,
+                                           .self_p2p_shifts_counter = true,
+                                           .self_p2p_kernel_ch = false,
+                                           .host_callback_for_profiler_ops = false};
 inline constexpr nccl_release release_2_28{.name = "2.28",
                                            .version_code = 22809,
                                            .abi = 5,
@@ -70,7 +88,10 @@ inline constexpr nccl_release release_2_28{.name = "2.28",
                                            .proxy_step_needs_op = false,
                                            .purge_at_destroy = false,
                                            .profiler_thread = false,
-                                           .unload_on_init_error = false};
+                                           .unload_on_init_error = false,
+                                           .self_p2p_shifts_counter = true,
+                                           .self_p2p_kernel_ch = false,
+                                           .host_callback_for_profiler_ops = false};
 inline constexpr nccl_release release_2_30{.name = "2.30",
                                            .version_code = 23007,
                                            .abi = 6,
@@ -84,7 +105,10 @@ inline constexpr nccl_release release_2_30{.name = "2.30",
                                            .proxy_step_needs_op = false,
                                            .purge_at_destroy = false,
                                            .profiler_thread = false,
-                                           .unload_on_init_error = true};
+                                           .unload_on_init_error = true,
+                                           .self_p2p_shifts_counter = true,
+                                           .self_p2p_kernel_ch = false,
+                                           .host_callback_for_profiler_ops = false};
 inline constexpr nccl_release release_2_31_2{.name = "2.31.2",
                                              .version_code = 23102,
                                              .abi = 7,
@@ -98,7 +122,10 @@ inline constexpr nccl_release release_2_31_2{.name = "2.31.2",
                                              .proxy_step_needs_op = false,
                                              .purge_at_destroy = true,
                                              .profiler_thread = true,
-                                             .unload_on_init_error = true};
+                                             .unload_on_init_error = true,
+                                             .self_p2p_shifts_counter = false,
+                                             .self_p2p_kernel_ch = true,
+                                             .host_callback_for_profiler_ops = true};
 inline constexpr nccl_release releases[] = {release_2_27, release_2_28, release_2_30, release_2_31_2};
 inline constexpr const nccl_release& newest_release = release_2_31_2;
 

@@ -191,6 +191,7 @@ struct node_runner {
     a2a_model am(o);
     const int n = am.ranks(), me = r.global;
     const int nch = a2a_channels(o, o.a2a_bytes);
+    const a2a_schedule sched(o, me);
     std::vector<op_desc> descs(std::size_t(2 * n));
     std::vector<pending_op> pend(descs.size());
     for (int j = 0; j < n; ++j) {
@@ -202,13 +203,15 @@ struct node_runner {
         d.count = o.a2a_bytes / 2;
         d.peer = j;
         d.n_channels = std::uint8_t(nch);
-        const int round = dir == 0 ? (j - me + n) % n : (me - j + n) % n;
+        const int round = dir == 0 ? sched.send_round(j) : sched.recv_round(j);
+        d.p2p_round = round;
         d.channel_lo = a2a_channel_base(o, round);
         const u64 base = 0x7f0000000000ull + (u64(me) << 32);
         d.send_buff = reinterpret_cast<const void*>(base + u64(j) * o.a2a_bytes);
         d.recv_buff = reinterpret_cast<void*>(base + (1ull << 31) + u64(j) * o.a2a_bytes);
       }
     }
+    std::vector<std::size_t> order(descs.size());
     double T = 0;
     for (u64 s = 0; !stop.load(); ++s) {
       if (o.steps > 0 ? s >= u64(o.steps) : T >= o.duration) break;
@@ -216,7 +219,13 @@ struct node_runner {
       clk.wait_until(am.arrival(me), stop);
       if (stop.load()) break;
       c.enqueue(std::span<const op_desc>(descs), std::span<pending_op>(pend));
-      for (std::size_t x = 0; x < descs.size(); ++x) {
+      // To the proxy thread in plan order (the self pair's round 0 first), the order the kernel runs
+      // the works of a channel.
+      for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return pend[a].plan_pos < pend[b].plan_pos; });
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        const std::size_t x = order[k];
         const op_desc& d = descs[x];
         const int peer = d.peer;
         proxy_item it;
@@ -233,7 +242,7 @@ struct node_runner {
           it.bad_timer = o.bad_timer > 0 && unit01(mix(mix(o.seed ^ 0xbad7, s), u64(me) * 4096 + x)) < o.bad_timer;
           if (it.op.network && (it.op.mask & gate::proxy_op)) add_a2a_plans(am, me, d, end, it);
         }
-        it.group_last = x + 1 == descs.size();
+        it.group_last = k + 1 == order.size();
         push(r, it);
       }
       T = am.end();
@@ -436,7 +445,16 @@ struct node_runner {
         c.start_only(cur.op, cur.start_ns);
         continue;
       }
-      if (cur.op.self_p2p) {  // a Send/Recv to the rank itself: no KernelCh, nothing to emit
+      const int nch = std::min<int>(cur.op.n_channels, int(max_channels));
+      for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
+        auto& kt = times[n][std::size_t(ch)];
+        kt.start_ns = cur.start_ns + (mix(cur.start_ns, u64(ch)) % 700);
+        kt.stop_ns = std::max(cur.ch_stop[std::size_t(ch)], kt.start_ns + 1);
+      }
+      if (cur.op.self_p2p && !cur.op.kernel_events) {
+        // A Send/Recv to the rank itself without KernelCh (up to 2.31.0a): nothing to emit, but its work
+        // runs and stamps its channels' device-ring slots (comm_driver::complete emits nothing for it).
+        if (nch > 0) c.complete(cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(nch)));
         if (!o.truth.empty() || r.truth_ops) note_truth(r, c, cur.op, nullptr, 0);
         if (cur.group_last && n > 0) {
           const sim_clock_off off;
@@ -444,12 +462,6 @@ struct node_runner {
           n = 0;
         }
         continue;
-      }
-      const int nch = std::min<int>(cur.op.n_channels, int(max_channels));
-      for (int ch = 0; ch < nch; ++ch) {  // channels start a few hundred ns apart (block scheduling)
-        auto& kt = times[n][std::size_t(ch)];
-        kt.start_ns = cur.start_ns + (mix(cur.start_ns, u64(ch)) % 700);
-        kt.stop_ns = std::max(cur.ch_stop[std::size_t(ch)], kt.start_ns + 1);
       }
       timed[n] = timed_op{&cur.op, std::span<const kernel_time>(times[n].data(), std::size_t(std::max(nch, 1))),
                           std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans))};
@@ -491,7 +503,7 @@ struct node_runner {
     for (int i = 1; i < nch; ++i) lo = std::min(lo, t[i].start_ns), hi = std::max(hi, t[i].stop_ns);
     truth_sum& s = r.truth[k];
     ++s.ops;
-    const bool corrupted = p.stale_timestamps || p.drifted || bad_timer;
+    const bool corrupted = p.stale_timestamps || p.drifted || p.shifted || bad_timer;
     const bool untimed = !p.kernel_events || !(p.mask & abi::ev_kernel_ch);
     if (corrupted) ++s.corrupted;
     if (untimed) ++s.untimed;

@@ -886,7 +886,7 @@ TEST_CASE("plans: 4 self Send/Recv pairs of 64 channels split 3 + 1 (4 KiB kerne
 
 TEST_CASE("capture: a plan without proxy ops emits at capture, its replays nothing", "[sim][self][graph]") {
   using namespace abi;
-  for (const nccl_release* rel : {&release_2_28, &release_2_30, &release_2_31_2}) {
+  for (const nccl_release* rel : {&release_2_28, &release_2_30}) {
     recorder r(rel->abi);
     r.set_mask(0xFFF);
     comm_config k = cfg(1, 1, 0);
@@ -913,6 +913,42 @@ TEST_CASE("capture: a plan without proxy ops emits at capture, its replays nothi
       }
     }
     CHECK(r.events().empty());
+  }
+  // 2.31.2: a self-only plan with KernelCh in the mask has profiler ops (hasProfilerOps), so a host
+  // callback: the API events and the launch at capture, Group + P2p + KernelCh (no ProxyOp) per replay.
+  {
+    recorder r(release_2_31_2.abi);
+    r.set_mask(0xFFF);
+    comm_config k = cfg(1, 1, 0);
+    k.release = &release_2_31_2;
+    comm_driver c(r.lib, k);
+    r.reset();
+    const op_desc ops[] = {self_p2p(nccl_func::send, 0, 65536, 4, 0x1000),
+                           self_p2p(nccl_func::recv, 0, 65536, 4, 0x2000)};
+    captured_graph g;
+    c.capture(ops, g);
+    auto ev = r.events();
+    CHECK(count_of(ev, rec_call_start, ev_p2p_api) == 2);
+    CHECK(count_of(ev, rec_call_start, ev_kernel_launch) == 1);
+    CHECK(count_of(ev, rec_call_start, ev_group) == 0);
+    CHECK(count_of(ev, rec_call_start, ev_p2p) == 0);
+    r.reset();
+    for (int i = 0; i < 5; ++i) {
+      pending_op out[2];
+      c.replay(g, out);
+      for (const auto& p : out) {
+        CHECK(p.kernel_events);
+        CHECK(p.replay);
+        CHECK_FALSE(p.shifted);
+        c.complete(p, 1, 2);
+      }
+    }
+    ev = r.events();
+    CHECK(count_of(ev, rec_call_start, ev_group) == 5);
+    CHECK(count_of(ev, rec_call_start, ev_p2p) == 10);
+    CHECK(count_of(ev, rec_call_start, ev_kernel_ch) == 40);
+    CHECK(count_of(ev, rec_call_start, ev_proxy_op) == 0);
+    CHECK(count_of(ev, rec_call_start, ev_p2p_api) == 0);
   }
   // A captured plan with proxy ops (KernelCh in the mask): nothing but the API events and the launch at
   // capture, Group + Coll + KernelCh at every replay.
@@ -943,4 +979,107 @@ TEST_CASE("capture: a plan without proxy ops emits at capture, its replays nothi
   r2.reset();
   c2.replay(g2, std::span<pending_op>(&p, 1));
   CHECK(r2.events().empty());
+}
+
+// ---- The self work's device counter (nccl_release::self_p2p_shifts_counter, self_p2p_kernel_ch) ---------
+
+TEST_CASE("2.31.2: Send/Recv to the rank itself gets KernelCh on its channels, never a ProxyOp", "[sim][self]") {
+  using namespace abi;
+  recorder r(7);
+  r.set_mask(0xFFFF);
+  comm_config k = cfg(2, 2, 1);  // two nodes: a peer pair would have ProxyOps
+  k.release = &release_2_31_2;
+  comm_driver c(r.lib, k);
+  r.reset();
+  const op_desc ops[] = {self_p2p(nccl_func::send, 1, 1 << 20, 8, 0x1000),
+                         self_p2p(nccl_func::recv, 1, 1 << 20, 8, 0x2000)};
+  pending_op p[2];
+  c.enqueue(ops, p);
+  for (const auto& q : p) {
+    CHECK(q.self_p2p);
+    CHECK(q.kernel_events);
+    CHECK(q.channel_lo == 0);  // round 0's base
+    CHECK(q.work == 1);        // the host counts the pair: one work per channel
+    CHECK(q.dev_work == 1);
+    CHECK_FALSE(q.shifted);
+    c.complete(q, 1000, 2000);
+  }
+  const auto ev = r.events();
+  CHECK(count_of(ev, rec_call_start, ev_kernel_ch) == 16);
+  CHECK(count_of(ev, rec_call_start, ev_proxy_op) == 0);
+  CHECK(find_start(ev, ev_kernel_ch, 0)->channel_id == 0);
+  CHECK(find_start(ev, ev_kernel_ch, 7)->channel_id == 7);
+  CHECK(find_start(ev, ev_kernel_ch, 0)->parent == find_start(ev, ev_p2p, 0)->handle);
+}
+
+TEST_CASE("up to 2.31.0a a self work shifts its channels' host counter for good", "[sim][self][ring]") {
+  // Per iteration one group {self pair on channels 0..3, peer pair on channels 0..3 (round 1 of a
+  // two-GPU node across nodes)}; then an AllReduce on channels 0..3.
+  for (const nccl_release* rel : {&release_2_27, &release_2_28, &release_2_30, &release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    recorder r(rel->abi);
+    r.set_mask(0xFFF);
+    comm_config k = cfg(2, 4, 0);
+    k.release = rel;
+    comm_driver c(r.lib, k);
+    const bool shifts = rel->self_p2p_shifts_counter;
+    std::uint64_t t = 1'000'000;
+    for (int i = 0; i < 3; ++i, t += 1'000'000) {
+      op_desc g[] = {self_p2p(nccl_func::send, 0, 1 << 20, 4, 0x1000), self_p2p(nccl_func::recv, 0, 1 << 20, 4, 0x2000),
+                     self_p2p(nccl_func::send, 1, 1 << 20, 4, 0x3000), self_p2p(nccl_func::recv, 1, 1 << 20, 4, 0x4000)};
+      for (auto& d : g) d.p2p_round = d.peer == 0 ? 0 : 1;
+      g[2].channel_lo = g[3].channel_lo = 0;
+      pending_op p[4];
+      c.enqueue(g, p, 1);
+      CHECK(p[0].dev_work == std::uint64_t(2 * i + 1));  // the device counts both pairs
+      CHECK(p[2].dev_work == std::uint64_t(2 * i + 2));
+      CHECK(p[3].dev_work == p[2].dev_work);             // Send and Recv of a pair: one work
+      CHECK(p[2].work == (shifts ? std::uint64_t(i + 1) : std::uint64_t(2 * i + 2)));
+      CHECK(p[0].work == (shifts ? 0u : std::uint64_t(2 * i + 1)));
+      CHECK(p[2].shifted == shifts);
+      // The self pair's work runs (stamps its slot) whether or not it has KernelCh.
+      c.device_run(p[0], std::vector<kernel_time>{{t, t + 10'000}});
+      r.reset();
+      // Shifted: the peer's slot was written by an earlier work, read at once, before its own runs.
+      CHECK(c.read_back(p[2]) == shifts);
+      if (shifts) {
+        const auto* kc = find_start(r.events(), abi::ev_kernel_ch);
+        REQUIRE(kc);
+        // Slot `work` holds device work i + 1: the first iteration's self work, then the earlier works.
+        const std::uint64_t want = i == 0 ? t : i == 1 ? 1'000'000 + 100'000 : 2'000'000;
+        CHECK(kc->ptimer == want);
+      }
+      c.device_run(p[2], std::vector<kernel_time>{{t + 100'000, t + 900'000}});
+      if (!shifts) {
+        CHECK(c.read_back(p[2]));
+        CHECK(find_start(r.events(), abi::ev_kernel_ch)->ptimer == t + 100'000);
+      }
+    }
+    const auto ar = c.enqueue(allreduce(1 << 20, 4));
+    CHECK(ar.shifted == shifts);
+    CHECK(ar.dev_work - ar.work == (shifts ? 3u : 0u));
+  }
+}
+
+TEST_CASE("up to 2.31.0a silent replays of a captured self-only plan add to the shift", "[sim][self][graph][ring]") {
+  for (const nccl_release* rel : {&release_2_28, &release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    recorder r(rel->abi);
+    r.set_mask(0xFFF);
+    comm_config k = cfg(1, 2, 0);
+    k.release = rel;
+    comm_driver c(r.lib, k);
+    const op_desc ops[] = {self_p2p(nccl_func::send, 0, 65536, 4, 0x1000),
+                           self_p2p(nccl_func::recv, 0, 65536, 4, 0x2000)};
+    captured_graph g;
+    c.capture(ops, g);
+    for (int i = 0; i < 60; ++i) {
+      pending_op out[2];
+      c.replay(g, out);
+    }
+    const pending_op ar = c.enqueue(allreduce(1 << 20, 4));
+    CHECK(ar.shifted == rel->self_p2p_shifts_counter);
+    CHECK(ar.work == (rel->self_p2p_shifts_counter ? 1u : 61u));
+    CHECK(ar.dev_work == 61);
+  }
 }
