@@ -127,8 +127,8 @@ class enqueue_sequence {
       const bool send = ops[i].func != nccl_func::recv;
       const int peer = ops[i].peer < 0 ? 0 : ops[i].peer % nr;
       const int round = ops[i].p2p_round >= 0 ? ops[i].p2p_round
-                        : send                  ? (peer - cfg_.rank + nr) % nr
-                                                : (cfg_.rank - peer + nr) % nr;
+                        : send                ? (peer - cfg_.rank + nr) % nr
+                                              : (cfg_.rank - peer + nr) % nr;
       std::uint32_t pass = 0;
       for (std::size_t j = 0; j < np; ++j) {
         const op_desc& o = ops[p2p[j]];
@@ -241,8 +241,7 @@ class enqueue_sequence {
     if (p.self_p2p) p.network = false;  // a copy inside the rank's own kernel
     if (op.kind == op_kind::coll && !p.one_rank) (void)coll_channels(op, p);
     // KernelCh for a self P2P only where ncclProfilerPostPlanWork posts them (2.31.2).
-    if (op.kind == op_kind::p2p)
-      p.kernel_events = !p.self_p2p || (cfg_.release && cfg_.release->self_p2p_kernel_ch);
+    if (op.kind == op_kind::p2p) p.kernel_events = !p.self_p2p || (cfg_.release && cfg_.release->self_p2p_kernel_ch);
   }
 
   /// A collective's KernelCh children (`p.kernel_events`) and the channel count its Coll announces, as the

@@ -1026,14 +1026,15 @@ TEST_CASE("up to 2.31.0a a self work shifts its channels' host counter for good"
     std::uint64_t t = 1'000'000;
     for (int i = 0; i < 3; ++i, t += 1'000'000) {
       op_desc g[] = {self_p2p(nccl_func::send, 0, 1 << 20, 4, 0x1000), self_p2p(nccl_func::recv, 0, 1 << 20, 4, 0x2000),
-                     self_p2p(nccl_func::send, 1, 1 << 20, 4, 0x3000), self_p2p(nccl_func::recv, 1, 1 << 20, 4, 0x4000)};
+                     self_p2p(nccl_func::send, 1, 1 << 20, 4, 0x3000),
+                     self_p2p(nccl_func::recv, 1, 1 << 20, 4, 0x4000)};
       for (auto& d : g) d.p2p_round = d.peer == 0 ? 0 : 1;
       g[2].channel_lo = g[3].channel_lo = 0;
       pending_op p[4];
       c.enqueue(g, p, 1);
       CHECK(p[0].dev_work == std::uint64_t(2 * i + 1));  // the device counts both pairs
       CHECK(p[2].dev_work == std::uint64_t(2 * i + 2));
-      CHECK(p[3].dev_work == p[2].dev_work);             // Send and Recv of a pair: one work
+      CHECK(p[3].dev_work == p[2].dev_work);  // Send and Recv of a pair: one work
       CHECK(p[2].work == (shifts ? std::uint64_t(i + 1) : std::uint64_t(2 * i + 2)));
       CHECK(p[0].work == (shifts ? 0u : std::uint64_t(2 * i + 1)));
       CHECK(p[2].shifted == shifts);
