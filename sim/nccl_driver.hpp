@@ -18,11 +18,14 @@
 ///  * v7 (2.31): userTag, symmetric kernels (`isSymColl`, `kernelVariant`, algo = text after the first '_',
 ///    proto = ""), KernelPhase children of KernelCh (bit 15 implies KernelCh).
 ///  * every version: a Send/Recv whose peer is the communicator's own rank gets its P2p events (with its
-///    channels) and never a KernelCh or ProxyOp (enqueue.cc addP2pToPlan: no proxy op for a self send);
+///    channels 0..n-1, round 0's base) and never a ProxyOp; no KernelCh either (enqueue.cc addP2pToPlan:
+///    no proxy op for a self send) except at 2.31.2 (ncclProfilerPostPlanWork posts them). Up to 2.31.0a
+///    its work counts on the device and not on the host, so later KernelCh on its channels read an
+///    earlier work's device-ring slot (pending_op::shifted, comm_driver::number_works / device_ring);
 ///    a collective on a one-rank communicator gets no event at all (taskAppend -> ncclLaunchOneRank);
 ///    a group's ops form kernel plans (one KernelLaunch and Group each) split at the 4 KiB kernel-argument
-///    budget; under capture a plan without proxy ops emits its Group and tasks at capture and nothing at
-///    its replays (ncclLaunchPrepare, ncclLaunchKernelAfter_NoCuda).
+///    budget; under capture a plan without proxy ops (2.31.2: and without profiler ops) emits its Group
+///    and tasks at capture and nothing at its replays (ncclLaunchPrepare, ncclLaunchKernelAfter_NoCuda).
 ///  * `shim_quirks`: emulate a newer NCCL driving an old plugin through its shim: union bytes not set by
 ///    the shim are garbage (0xA5 here), the v4 shim forgets `p2p.nChannels`, the v4 shim does not gate
 ///    Coll on the Group handle, and the v5 shim passes a non-NULL, uninitialised args pointer for 19/23/24.
