@@ -28,8 +28,8 @@ enum class drop_reason : std::uint8_t {
   exit_deadline,
   count_
 };
-inline constexpr std::array<const char*, 5> drop_reason_names = {"op_pool_full", "table_full", "record_ring_full",
-                                                                 "comm_table_full", "exit_deadline"};
+inline constexpr std::array<const char*, static_cast<std::size_t>(drop_reason::count_)> drop_reason_names = {
+    "op_pool_full", "table_full", "record_ring_full", "comm_table_full", "exit_deadline"};
 /// Why an op was skipped on purpose, counted instead of published (configuration, or a timing that
 /// cannot be trusted as GPU time; docs/metrics.md): smaller than NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES;
 /// no GPU timestamp (REQUIRE_KERNEL_TIMING); timed by its host enqueue only (copy-engine collectives,
@@ -45,7 +45,7 @@ enum class filter_reason : std::uint8_t {
   no_kernel_events,
   count_
 };
-inline constexpr std::array<const char*, 6> filter_reason_names = {
+inline constexpr std::array<const char*, static_cast<std::size_t>(filter_reason::count_)> filter_reason_names = {
     "min_size", "no_gpu_timing", "enqueue_only", "rejected_timestamps", "foreign_timestamps", "no_kernel_events"};
 
 /// Static description of one communicator on one rank (resolved once, cold path).

@@ -29,6 +29,9 @@ inline constexpr std::uint32_t proxy_steps_per_comm = 1024;
 /// and its KernelCh arrive): it completes when every channel that started has ended.
 inline constexpr std::uint32_t unknown_channels = 0xFFFFFFFFu;
 
+/// op_slot::settle and ts_reject when no reason applies (filter_reason's 0 is min_size, a reason).
+inline constexpr filter_reason no_filter = filter_reason::count_;
+
 /// One in-flight op. Written by the enqueuing thread at start, by the completing thread after.
 struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint32_t> gen{1};
@@ -41,14 +44,14 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<bool> enq_stopped{false};  // the op's own stopEvent was seen (a second one is ignored)
   // The channel thread's checks (one writer): channels started (ops whose count NCCL does not give),
   // channel ids ended (a second stop of one, on a stale kernelEventHandle, is ignored), and why its
-  // KernelCh timestamps cannot be its own (filter_reason, 0 = they can).
+  // KernelCh timestamps cannot be its own (no_filter: they can).
   std::atomic<std::uint32_t> ch_started{0};
   std::atomic<std::uint64_t> ch_seen{0};       // record(22) per channel id mod 64 (ops of <= 64 channels)
   std::atomic<std::uint64_t> ch_stop_seen{0};  // stopEvent per channel id (traces on: the stop ends it)
-  std::atomic<std::uint8_t> ts_reject{0};
-  std::uint8_t settle = 0;        // filter_reason for an op no KernelCh can come for (0 = none); set at start
-  bool replay = false;            // a CUDA-graph replay (parentObj: a captured CollApi/P2pApi); set at start
-  std::uint32_t expected_ch = 0;  // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
+  std::atomic<filter_reason> ts_reject{no_filter};
+  filter_reason settle = no_filter;  // why no KernelCh can come for the op (no_filter: they can); set at start
+  bool replay = false;               // a CUDA-graph replay (parentObj: a captured CollApi/P2pApi); set at start
+  std::uint32_t expected_ch = 0;     // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
   bool is_ce = false;
   bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
   op_record rec;

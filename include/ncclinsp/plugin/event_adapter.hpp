@@ -76,7 +76,7 @@ class event_adapter {
     const std::uint64_t type = d->type;
     if constexpr (std::is_same_v<Descr, abi::descr_v4>) {
       // NCCL 2.27 starts Coll/P2p only under a non-NULL Group handle: give a constant, inert one.
-      if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::group, 0, 0, 0));
+      if (type == abi::ev_group) *handle = as_handle(encode(handle_kind::auxiliary, 0, 0, 0, aux_inert_group));
     }
     if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg().traces) NCCLINSP_LIKELY
       return start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
@@ -139,31 +139,31 @@ class event_adapter {
   /// A CUDA-graph capture's CollApi/P2pApi (rare): the inert captured handle, and its communicator
   /// starts keeping its channels' last GPU ends (which its replays are checked against).
   NCCLINSP_OUTLINE result_t start_captured_api(void* context, void** handle) noexcept {
-    *handle = as_handle(encode(handle_kind::group, 0, 0, 0, aux_captured_api));
+    *handle = as_handle(encode(handle_kind::auxiliary, 0, 0, 0, aux_captured_api));
     const auto in = reg_.enter();
     if (comm_state* cs = reg_.from_context(context); cs && !cs->graphs.load(std::memory_order_relaxed))
       cs->graphs.store(true, std::memory_order_relaxed);
     return abi::success;
   }
 
-  /// stopEvent of a channel (traces on), an op (Coll, P2p, CE: enqueued) or a group handle (ProxyStep, inert).
+  /// stopEvent of a channel (traces on), an op (Coll, P2p, CE: enqueued) or an auxiliary handle (ProxyStep, inert).
   NCCLINSP_OUTLINE result_t stop_slow(const decoded k) noexcept {
     if (k.kind == handle_kind::channel) {
       const comm_registry::channel_hold h(reg_, k);
       if (!h) return abi::success;
       op_slot& s = h.op();
       if (cfg().stale_channel_stops && s.expected_ch <= 64) {  // a channel ends once (see end_channel)
-        const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63),
+        const std::uint64_t bit = std::uint64_t(1) << (k.channel_id() & 63),
                             seen = s.ch_stop_seen.load(std::memory_order_relaxed);
         if (seen & bit) return abi::success;
         s.ch_stop_seen.store(seen | bit, std::memory_order_relaxed);
       }
-      if (h.comm().traces) h.comm().traces[k.slot].channel_stopped(k.channel);
+      if (h.comm().traces) h.comm().traces[k.slot].channel_stopped(k.channel_id());
       count_channel_end(h.comm(), s, k.slot);
       return abi::success;
     }
     const auto in = reg_.enter();
-    if (k.kind == handle_kind::group) {
+    if (k.kind == handle_kind::auxiliary) {
       if (proxy_events::is_step(k)) proxy_.stop_step(k);
       return abi::success;
     }
@@ -243,7 +243,8 @@ class event_adapter {
     op_slot& s = h.op();
     // A channel ends once: a second stop names a stale kernelEventHandle (NCCL up to 2.31.0a0).
     if (cfg().stale_channel_stops && s.expected_ch <= 64) {
-      const std::uint64_t bit = std::uint64_t(1) << (k.channel & 63), seen = s.ch_seen.load(std::memory_order_relaxed);
+      const std::uint64_t bit = std::uint64_t(1) << (k.channel_id() & 63),
+                          seen = s.ch_seen.load(std::memory_order_relaxed);
       if (seen & bit) NCCLINSP_UNLIKELY
         return abi::success;
       s.ch_seen.store(seen | bit, std::memory_order_relaxed);
@@ -259,7 +260,7 @@ class event_adapter {
     }
     if constexpr (Rare) {
       if (cfg().traces) {
-        if (h.comm().traces) h.comm().traces[k.slot].channel_recorded(k.channel, gpu_stop);
+        if (h.comm().traces) h.comm().traces[k.slot].channel_recorded(k.channel_id(), gpu_stop);
         return abi::success;
       }
     }
@@ -285,8 +286,7 @@ class event_adapter {
 
   /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
   NCCLINSP_INLINE static void reject(op_slot& s, filter_reason why) noexcept {
-    if (!s.ts_reject.load(std::memory_order_relaxed))
-      s.ts_reject.store(static_cast<std::uint8_t>(why), std::memory_order_relaxed);
+    if (s.ts_reject.load(std::memory_order_relaxed) == no_filter) s.ts_reject.store(why, std::memory_order_relaxed);
   }
 
   template <class Descr>
@@ -295,16 +295,15 @@ class event_adapter {
     if (!cs) return abi::success;
     const algo alg = d->coll.algo ? parse_algo(d->coll.algo) : algo::unknown;
     std::uint32_t channels = d->coll.nChannels;
-    std::uint8_t settle = no_kernel_events_now() ? static_cast<std::uint8_t>(filter_reason::no_kernel_events) : 0;
+    filter_reason settle = no_kernel_events_now() ? filter_reason::no_kernel_events : no_filter;
     // CollNet (2.27 - 2.30): scheduleCollTasksToPlan leaves nChannels 0, yet KernelCh arrive.
     if (channels == 0 && (alg == algo::collnet_direct || alg == algo::collnet_chain)) channels = unknown_channels;
     if constexpr (requires { d->coll.isSymColl; }) {
       // 2.31.2 runs a captured symmetric collective's uninstrumented kernel: channels announced, no
       // KernelCh ever (symmetric_sched.cc).
-      if (d->coll.isSymColl && is_captured(d->parentObj))
-        settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+      if (d->coll.isSymColl && is_captured(d->parentObj)) settle = filter_reason::no_kernel_events;
     }
-    if (settle) channels = 0;  // settled at its stop
+    if (settle != no_filter) channels = 0;  // settled at its stop
     const std::uint32_t idx =
         ops_.begin(*cs, parse_func(d->coll.func), d->coll.count, d->coll.datatype, channels, false);
     if (idx == no_index) return abi::success;
@@ -333,7 +332,7 @@ class event_adapter {
   }
   static bool is_captured(const void* parent) noexcept {
     const decoded k = decode(parent);
-    return k.kind == handle_kind::group && (k.channel & aux_kind_mask) == aux_captured_api;
+    return k.kind == handle_kind::auxiliary && (k.aux & aux_kind_mask) == aux_captured_api;
   }
 
   template <class Descr>
@@ -354,7 +353,7 @@ class event_adapter {
                                          no_kernel_events ? 0 : d->p2p.nChannels, false);
     if (idx == no_index) return abi::success;
     op_record& r = cs->ops[idx].rec;
-    if (no_kernel_events) cs->ops[idx].settle = static_cast<std::uint8_t>(filter_reason::no_kernel_events);
+    if (no_kernel_events) cs->ops[idx].settle = filter_reason::no_kernel_events;
     cs->ops[idx].replay = is_captured(d->parentObj);
     r.peer = d->p2p.peer;
     r.seq = cs->p2p_seq.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -10,8 +10,9 @@ namespace ncclinsp::plugin {
 
 /// Layout, high to low bits (never 0 for a live handle): kind:2 | gen:22 | comm:16 | slot:16 | aux:8.
 /// `aux` is the channel id of a channel handle, flags of an op handle (aux_ends_at_channels), or says
-/// which auxiliary object a group handle is.
-enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, group = 3 };
+/// which object an auxiliary handle names (aux_kind_mask: an inert Group, a ProxyOp, a ProxyStep, a
+/// captured API event).
+enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, auxiliary = 3 };
 inline constexpr unsigned kind_shift = 62, gen_shift = 40, comm_shift = 24, slot_shift = 8;
 inline constexpr std::uint32_t gen_mask = (1u << 22) - 1;  // 0x3FFFFF: generations wrap at 22 bits
 inline constexpr std::uint32_t comm_mask = 0xFFFF;
@@ -22,11 +23,11 @@ inline constexpr std::uint32_t context_slot = slot_mask;
 /// Most op slots per communicator: every slot index stays below context_slot.
 inline constexpr std::uint32_t max_op_slots = context_slot;
 
-/// `aux` of a group handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry |
+/// `aux` of an auxiliary handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry |
 /// channel << 7, gen = communicator generation, aux_send set for a send), a ProxyStep (slot = step
 /// slot, gen = its generation), the inert CollApi/P2pApi of a CUDA-graph capture (a replay's Coll
 /// carries it as parentObj). aux_kind_mask selects which.
-inline constexpr std::uint32_t aux_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_captured_api = 3,
+inline constexpr std::uint32_t aux_inert_group = 0, aux_proxy_op = 1, aux_proxy_step = 2, aux_captured_api = 3,
                                aux_send = 0x80;
 inline constexpr std::uint32_t aux_kind_mask = 3;
 /// `aux` of an op handle: its channels complete the op and its stopEvent has nothing to do.
@@ -34,7 +35,9 @@ inline constexpr std::uint32_t aux_ends_at_channels = 1;
 
 struct decoded {
   handle_kind kind = handle_kind::none;
-  std::uint32_t gen = 0, comm = 0, slot = 0, channel = 0;  // channel: the aux byte
+  std::uint32_t gen = 0, comm = 0, slot = 0, aux = 0;
+  /// A channel handle's channel id (its aux byte).
+  std::uint32_t channel_id() const noexcept { return aux; }
 };
 
 /// A generation as a handle carries it (the low gen bits).

@@ -94,8 +94,8 @@ class op_lifecycle {
     s.enq_stopped.store(false, std::memory_order_relaxed);
     s.ch_started.store(0, std::memory_order_relaxed);
     for (auto* t : {&s.ch_seen, &s.ch_stop_seen}) t->store(0, std::memory_order_relaxed);
-    s.ts_reject.store(0, std::memory_order_relaxed);
-    s.settle = 0;
+    s.ts_reject.store(no_filter, std::memory_order_relaxed);
+    s.settle = no_filter;
     s.replay = false;
     // References: the channel side (the last channel completes the op), and the op's stop when it
     // completes the op (no channels) or, with traces, records its time (event_adapter::stop_slow).
@@ -121,10 +121,10 @@ class op_lifecycle {
   NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
     const std::uint64_t began = s.started_at.load(std::memory_order_relaxed);
     s.started_at.store(0, std::memory_order_relaxed);
-    std::uint8_t why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
-    if (enqueue_only && !why) why = static_cast<std::uint8_t>(filter_reason::enqueue_only);
-    if (why) {
-      col_.note_filtered(cs.handle, static_cast<filter_reason>(why));
+    filter_reason why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
+    if (enqueue_only && why == no_filter) why = filter_reason::enqueue_only;
+    if (why != no_filter) {
+      col_.note_filtered(cs.handle, why);
       return;
     }
     op_record r = s.rec;

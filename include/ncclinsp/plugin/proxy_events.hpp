@@ -44,7 +44,7 @@ class proxy_events {
       return;
     }
     static_assert(proxy_table::capacity <= 128, "the ProxyOp handle's slot is entry | channel << 7");
-    *handle = as_handle(encode(handle_kind::group, cs->gen, cs->handle, e | (std::uint32_t(channel) << 7),
+    *handle = as_handle(encode(handle_kind::auxiliary, cs->gen, cs->handle, e | (std::uint32_t(channel) << 7),
                                aux_proxy_op | (send ? aux_send : 0)));
   }
 
@@ -53,7 +53,7 @@ class proxy_events {
   /// no request or a registered buffer is not ready, never stopping the earlier start).
   void start_step(void** handle, const void* parent, int step) noexcept {
     const decoded k = decode(parent);
-    if (k.kind != handle_kind::group || (k.channel & aux_kind_mask) != aux_proxy_op) return;
+    if (k.kind != handle_kind::auxiliary || (k.aux & aux_kind_mask) != aux_proxy_op) return;
     comm_state* cs = reg_.live(k.comm);
     const std::uint32_t entry = k.slot & (proxy_table::capacity - 1);
     if (!cs || handle_gen(cs->gen) != k.gen || !cs->proxy) return;
@@ -62,7 +62,7 @@ class proxy_events {
     if (open && cs->steps[open - 1].open && cs->steps[open - 1].key == key) {  // re-started
       const proxy_step_slot& st = cs->steps[open - 1];
       *handle = as_handle(
-          encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, open - 1, aux_proxy_step));
+          encode(handle_kind::auxiliary, st.gen.load(std::memory_order_relaxed), cs->handle, open - 1, aux_proxy_step));
       return;
     }
     const std::uint32_t idx = cs->step_free.alloc();
@@ -78,8 +78,8 @@ class proxy_events {
     st.key = key;
     st.open = true;
     open = idx + 1;
-    *handle =
-        as_handle(encode(handle_kind::group, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
+    *handle = as_handle(
+        encode(handle_kind::auxiliary, st.gen.load(std::memory_order_relaxed), cs->handle, idx, aux_proxy_step));
   }
 
   /// A step's state transition: the time since the previous one goes to the previous state.
@@ -108,13 +108,13 @@ class proxy_events {
     cs->step_free.release(k.slot);
   }
 
-  /// Whether a decoded group handle names a ProxyStep (its stop goes to stop_step).
-  static bool is_step(const decoded& k) noexcept { return (k.channel & aux_kind_mask) == aux_proxy_step; }
+  /// Whether a decoded auxiliary handle names a ProxyStep (its stop goes to stop_step).
+  static bool is_step(const decoded& k) noexcept { return (k.aux & aux_kind_mask) == aux_proxy_step; }
 
  private:
   /// The step slot a decoded ProxyStep handle names, or nullptr (stale, stopped, foreign, garbage).
   proxy_step_slot* find_step(const decoded& k, comm_state*& cs) const noexcept {
-    if (k.kind != handle_kind::group || !is_step(k)) return nullptr;
+    if (k.kind != handle_kind::auxiliary || !is_step(k)) return nullptr;
     cs = reg_.live(k.comm);
     if (!cs || k.slot >= cs->step_count || !cs->proxy) return nullptr;
     proxy_step_slot& st = cs->steps[k.slot];
