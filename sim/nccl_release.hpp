@@ -1,7 +1,7 @@
 #pragma once
 /// NCCL releases as the simulator reproduces them (`--nccl 2.27|2.28|2.30|2.31.2`): which profiler
-/// table the release loads and which of its behaviours a plugin sees (shared/docs/nccl-behaviour-audit.md,
-/// sections 1 and 3; sim/README.md "NCCL releases (`--nccl`)" names the NCCL function of each).
+/// table the release loads and which of its behaviours a plugin sees (sim/README.md "NCCL releases
+/// (`--nccl`)" names the NCCL function of each; docs/nccl-versions.md what the plugin makes of it).
 /// A behaviour shows only where the workload asks for what triggers it (a graph replay, a CollNet or
 /// symmetric collective, a drifting counter, an abort), so a default run is the same at every release.
 /// Thread-safety: constants and pure functions only.
