@@ -12,8 +12,9 @@ namespace {
 using namespace ncclinsp;
 using plugin::plugin_state;
 
-// NCCLINSP_CAPTURE: each call is also written by the callback recorder (plugin_state::recorder()),
-// after the plugin ran, with the handle the plugin returned. Off: one load and an untaken branch.
+// NCCLINSP_CAPTURE: each call is also written by the callback recorder (plugin_state::recorder()): a
+// start's line is claimed before the plugin runs and carries the handle it returned; stop and record
+// lines are written before the plugin runs. Off: one load and an untaken branch.
 plugin::callback_recorder* recorder() noexcept { return plugin_state::recorder(); }
 
 template <int V>
