@@ -1,0 +1,240 @@
+// Conformance with real NCCL, release by release: each case drives the built plugin .so through the
+// simulator's driver with one release profile (sim/nccl_release.hpp) reproducing one behaviour of that
+// release's NCCL (the NCCL function is in the case's name), then checks what the plugin exports: the
+// final .prom file's families and counters, the in-flight and hang signals while the job runs.
+// Rule checked: never publish a wrong number as GPU-timed, never raise a false hang, never lose count.
+// Each scenario runs in a forked child (the plugin's state is process-wide); the parent reads the files.
+// This file: proxy steps, callbacks from several threads, teardown and masks.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conformance_harness.hpp"
+
+namespace sim = ncclinsp::sim;
+using namespace ncclinsp_test;
+using namespace ncclinsp_test::conformance;
+using ncclinsp::abi::ev_coll;
+using ncclinsp::abi::ev_group;
+using ncclinsp::abi::ev_kernel_ch;
+
+// ---- proxy steps -----------------------------------------------------------------------------------
+
+TEST_CASE(
+    "2.28 2.30 2.31.2 recv ProxyStep re-started on every pass - its slot is reused - transport/net.cc "
+    "recvProxyProgress",
+    "[conformance][proxy]") {
+  for (const auto* rel : {&sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    const std::string text = run("restart",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   auto cfg = comm_cfg(*rel, 0x6b, "restart", 2, 2, 0);
+                                   cfg.recv_step_restarts = 3;
+                                   sim::comm_driver c(j.lib, cfg);
+                                   for (int i = 0; i < 400; ++i) {
+                                     const auto p = c.enqueue(all_reduce(8u << 20, 2, 0));
+                                     c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
+                                   }
+                                   c.finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"table_full\""}) == 0);
+    // 400 ops x 2 channels x 2 steps, each direction.
+    CHECK(total(text, "ncclinsp_proxy_steps_total", {"direction=\"recv\""}) == 1600);
+    CHECK(total(text, "ncclinsp_proxy_steps_total", {"direction=\"send\""}) == 1600);
+  }
+}
+
+TEST_CASE("2.28 2.31.2 CollNet ProxyOps are started and never stopped - bounded - proxy.cc ncclProxyOpToArgs",
+          "[conformance][proxy]") {
+  for (const auto* rel : {&sim::release_2_28, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    const std::string text = run("unstopped",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   sim::comm_driver c(j.lib, comm_cfg(*rel, 0x6c, "unstopped", 2, 2, 0));
+                                   sim::op_desc d = all_reduce(8u << 20, 2, 0);
+                                   d.collnet = true;
+                                   d.algo = "COLLNET_CHAIN";
+                                   for (int i = 0; i < 2000; ++i) {
+                                     const auto p = c.enqueue(d);
+                                     c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, 2));
+                                   }
+                                   c.finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCLINSP_PROXY", "1"}, {"NCCLINSP_PROXY_SAMPLE", "1"}});
+    INFO(text.substr(0, 3000));
+    CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"table_full\""}) == 0);
+    CHECK(total(text, "ncclinsp_proxy_steps_total") == 2000 * 2 * 2 * 2);
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  }
+}
+
+// ---- threads ---------------------------------------------------------------------------------------
+
+TEST_CASE(
+    "2.28 2.31.2 Coll events from three threads at once - user, CUDA host-callback, async group thread - "
+    "group.cc groupLaunchNonBlocking",
+    "[conformance][threads]") {
+  for (const auto* rel : {&sim::release_2_28, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    const std::string text = run("threads", [rel](const std::string&) {
+      job j(*rel);
+      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x6d, "threads"));
+      sim::captured_graph g;
+      const sim::op_desc small = all_reduce(1u << 20, 1, 0);
+      c.capture(std::span<const sim::op_desc>(&small, 1), g);
+      // Each thread enqueues its ops on its own channel range, 100 per round (within the op pool); the
+      // communicator's one proxy thread (this one) then completes them in order.
+      constexpr int per = 100;
+      for (int round = 0; round < 3; ++round) {
+        std::vector<sim::pending_op> out[3];
+        std::thread user([&] {
+          for (int i = 0; i < per; ++i) out[0].push_back(c.enqueue(all_reduce(2u << 20, 1, 1)));
+        });
+        std::thread host_cb([&] {  // graph replays (cudaLaunchHostFunc thread)
+          for (int i = 0; i < per; ++i) {
+            sim::pending_op p;
+            c.replay(g, std::span<sim::pending_op>(&p, 1));
+            p.stale_timestamps = false;  // this case is about threads, not the counter desync
+            out[1].push_back(p);
+          }
+        });
+        std::thread async([&] {  // a non-blocking communicator's ncclGroupEnd
+          for (int i = 0; i < per; ++i) out[2].push_back(c.enqueue(all_reduce(4u << 20, 1, 2)));
+        });
+        user.join();
+        host_cb.join();
+        async.join();
+        std::uint64_t t = t0 + std::uint64_t(round) * 1'000'000'000ull;
+        for (int i = 0; i < per; ++i)
+          for (auto& v : out) {
+            t += 100 * us;
+            c.complete(v[std::size_t(i)], t, t + 50 * us);
+          }
+      }
+      c.finalize();
+      return 0;
+    });
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 900);
+    CHECK(total(text, "ncclinsp_dropped_events_total") == 0);
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+  }
+}
+
+// ---- teardown --------------------------------------------------------------------------------------
+
+TEST_CASE(
+    "2.28 2.30 2.31.2 abort leaves events open - proxy.cc ncclProxyProgressDestroy abortFlag and "
+    "profilerPurgeByContext",
+    "[conformance][teardown]") {
+  for (const auto* rel : {&sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    const std::string text = run("abort", [rel](const std::string&) {
+      job j(*rel);
+      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x6e, "abort"));
+      const auto done = c.enqueue(all_reduce(8u << 20, 2, 0));
+      c.complete(done, span(t0, 300 * us, 2));
+      for (int i = 0; i < 3; ++i) {  // in flight at ncclCommAbort: KernelCh started, never stopped
+        const auto p = c.enqueue(all_reduce(8u << 20, 2, 0));
+        c.start_only(p, t0 + 1000 * us);
+      }
+      c.enqueue(all_reduce(8u << 20, 2, 0));  // enqueued, never started
+      c.finalize();                           // 2.31.2: profilerPurgeByContext first; the plugin sees the same
+      return 0;
+    });
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 1);
+    CHECK(total(text, "ncclinsp_abandoned_ops_total") == 4);
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+    CHECK(sample(text, "ncclinsp_info", {"final=\"1\""}) == 1);
+  }
+}
+
+TEST_CASE(
+    "2.28 events after finalize on communicators sharing a proxy - ignored - proxy.cc "
+    "ncclProxyProgressDestroy",
+    "[conformance][teardown]") {
+  const auto& rel = sim::release_2_28;
+  const std::string text = run("after", [&](const std::string&) {
+    job j(rel);
+    sim::comm_driver a(j.lib, comm_cfg(rel, 0x6f, "parent"));
+    sim::comm_driver b(j.lib, comm_cfg(rel, 0x70, "child"));  // shareResources: one proxy thread
+    const auto pa = a.enqueue(all_reduce(8u << 20, 2, 0));
+    a.finalize();
+    const auto t = span(t0, 300 * us, 2);
+    a.complete_after_finalize(pa, t);  // the shared proxy thread still progresses it
+    const auto pb = b.enqueue(all_reduce(8u << 20, 2, 0));
+    b.complete(pb, t);
+    b.finalize();
+    return 0;
+  });
+  CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"child\""}) == 1);
+  CHECK(value_or_zero(sample(text, "ncclinsp_ops_total", {"comm_name=\"parent\""})) == 0);
+  CHECK(sample(text, "ncclinsp_abandoned_ops_total", {"comm_name=\"parent\""}) == 1);
+  CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+}
+
+TEST_CASE(
+    "2.30 2.31.2 an init error never unloads the plugin under live communicators - plugin/profiler.cc "
+    "ncclProfilerPluginInit",
+    "[conformance][teardown]") {
+  for (const auto* rel : {&sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    // More communicators than the plugin's table holds (4096): the one past it must not fail init.
+    const std::string text = run("initerr",
+                                 [rel](const std::string&) {
+                                   job j(*rel);
+                                   std::vector<std::unique_ptr<sim::comm_driver>> comms;
+                                   for (int i = 0; i < 4097; ++i)
+                                     comms.push_back(std::make_unique<sim::comm_driver>(
+                                         j.lib, comm_cfg(*rel, 0x1000 + std::uint64_t(i), i == 0 ? "first" : "many")));
+                                   for (const auto& c : comms)
+                                     if (c->init_result() != ncclinsp::abi::success) return 3;
+                                   const auto p = comms[0]->enqueue(all_reduce(8u << 20, 2, 0));
+                                   comms[0]->complete(p, span(t0, 300 * us, 2));
+                                   for (auto& c : comms) c->finalize();
+                                   return 0;
+                                 },
+                                 {{"NCCL_INSPECTOR_COLL_POOL_SIZE", "4"}, {"NCCL_INSPECTOR_P2P_POOL_SIZE", "4"}});
+    CHECK(sample(text, "ncclinsp_ops_total", {"comm_name=\"first\""}) == 1);
+    CHECK(sample(text, "ncclinsp_info", {"final=\"1\""}) == 1);
+    CHECK(total(text, "ncclinsp_dropped_events_total", {"reason=\"comm_table_full\""}) == 1);
+  }
+}
+
+// ---- masks -----------------------------------------------------------------------------------------
+
+TEST_CASE(
+    "2.31.2 RAS mask override with Coll and without KernelCh - no false hang - plugin/profiler.cc "
+    "ncclProfilerSetRasOverride",
+    "[conformance][mask]") {
+  const auto& rel = sim::release_2_31_2;
+  const std::string dir = fresh_dir("conf_ras");
+  REQUIRE(in_child(env_for(dir), [&] {
+            job j(rel);
+            auto cfg = comm_cfg(rel, 0x71, "ras");
+            cfg.mask_override = int(ev_group | ev_coll);
+            sim::comm_driver c(j.lib, cfg);
+            if (c.mask() & ev_kernel_ch) return 3;
+            for (int i = 0; i < 8; ++i) {
+              const auto p = c.enqueue(all_reduce(8u << 20, 2, 0));
+              c.complete(p, span(t0, 300 * us, 2));  // gated by the mask: no KernelCh
+            }
+            const bool settled = eventually(dir, [](const std::string& t) {
+              return total(t, "ncclinsp_inflight_ops") == 0 && total(t, "ncclinsp_filtered_ops_total") >= 8;
+            });
+            c.finalize();
+            return settled ? 0 : 4;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == 8);
+  CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
+}
