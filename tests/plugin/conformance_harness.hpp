@@ -2,6 +2,8 @@
 // Shared by the conformance cases (tests/plugin/test_nccl_conformance_*.cpp): the plugin's environment, a
 // scenario run in a forked child that returns the final .prom text, polling the live file, summing a
 // family's samples, and the communicator, op and kernel-time shapes the scenarios build.
+#include <catch2/catch.hpp>
+
 #include <unistd.h>
 
 #include <cmath>
