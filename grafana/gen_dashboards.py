@@ -285,8 +285,9 @@ def native():
         "Oldest in-flight op age (hang signal)", "s",
         [target(f"max by (node, comm_name) (ncclinsp_oldest_inflight_age_seconds{{{HC}}})",
                 "{{node}} {{comm_name}}")],
-        "Age of the oldest op started and not completed. Alert NcclinspCollectiveHung fires "
-        "above 60 s.", thresholds=[(60, "red")]), w=8)
+        "Age of the oldest op started and not completed. The hang alerts name the rank that keeps it waiting "
+        "(docs/runbooks.md, Hung communicators): NcclinspAllRanksStuck after 60 s, NcclinspRankNeverJoined "
+        "after 120 s (warning) and 480 s (page).", thresholds=[(60, "red")]), w=8)
     L.add(timeseries(
         "Seconds since last completion", "s",
         [target(f"max by (node, comm_name) (ncclinsp_seconds_since_last_completion{{{HC}}})",

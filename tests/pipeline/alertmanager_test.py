@@ -16,16 +16,19 @@ Scenarios (one job id each, all sent at once, as they fire within seconds of eac
   2. slow host node1: NcclinspHostBelowJobMedian for node1 on every network communicator it is
      in + NcclinspBusBandwidthDegraded for the job's collectives it drags down
      -> one ticket naming node1; the job-level alerts are inhibited.
-  3. hang: NcclinspCollectiveHung for dp1 + the bandwidth alert of dp1
-     -> one page; dp1's bandwidth alert is inhibited.
-  4. hang of dp1 + a degradation of pp0 (not explained by the hang)
+  3. hang: global rank 5 (node1 GPU1) never joins dp1: NcclinspRankNeverJoined (critical,
+     role=primary) on dp1, its secondary on fsdp (warning), the per-node NcclinspCollectiveHung of
+     the three waiting nodes and the bandwidth alert of dp1
+     -> one page naming rank 5 on dp1; the 5 others are inhibited.
+  4. that hang + a degradation of pp0 (not explained by the hang)
      -> one page (dp1) and one ticket (pp0).
   5. slow NIC on node2, named by proxy timing: NcclinspHostNetworkSlow for node2 + the 28
      network bandwidth alerts + NcclinspHostBelowJobMedian for node2 on pp2 Send/Recv (P2P pairs
      are where a host's own bandwidth can show) -> one ticket naming node2; 30 inhibited.
   6. a killed rank on node1: NcclinspExporterStale for node1's 4 GPU files, the detector's 14
-     frozen degraded keys, NcclinspNvlinkDegraded for node1 (frozen), and the peers' hang on dp1
-     -> one ticket (stale, node1) and one page (the hang is real); the 15 frozen ones inhibited.
+     frozen degraded keys, NcclinspNvlinkDegraded for node1 (frozen), and the peers' hang on dp1:
+     NcclinspRankProcessGone (primary on dp1, secondary on fsdp) and the per-node pages
+     -> one ticket (stale, node1) and one page (rank 5's process is gone); 19 inhibited.
   7. two Kubernetes jobs, team-a/train and team-b/train, each with a degraded communicator dp0
      -> two tickets, one per job, never one merged.
   8. node_exporter-side: a parse error on two targets, a stale foreign textfile on two targets
@@ -107,16 +110,26 @@ def host_below(job, node):
             for c, nr, nn, colls, size in demo_comms() for coll in colls]
 
 
+def hang(job, kind):
+    """A hang whose culprit is global rank 5 (node1 GPU1, rank 1 of dp1): the culprit alert of
+    `kind` on dp1 (primary, critical) and on fsdp (secondary, warning), and the per-node pages of
+    the three nodes that wait in dp1."""
+    who = dict(job_id=job, node="node1", gpu="GPU1", uuid="GPU-5a0c2e61-0000-0000-0000-000000000011", global_rank=5)
+    return [alert(kind, comm_name="dp1", comm_hash="5a0c2e61f00d0001", rank=1, nranks=NODES, n_nodes=NODES,
+                  role="primary", **who),
+            alert(kind, severity="warning", comm_name="fsdp", comm_hash="5a0c2e61f00d00f5", rank=5,
+                  nranks=NODES * GPUS, n_nodes=NODES, role="secondary", **who)] + [
+        alert("NcclinspCollectiveHung", job_id=job, node=f"node{n}", comm_name="dp1", comm_hash="5a0c2e61f00d0001")
+        for n in (0, 2, 3)]
+
+
 def scenarios():
     s = {}
     s["s1-network"] = ([alert("NcclinspNetworkFabricDegraded", job_id="s1-network")]
                        + degraded("s1-network", in_process=True))
     s["s2-slowhost"] = host_below("s2-slowhost", "node1") + degraded("s2-slowhost", {"fsdp", "dp0", "dp1", "dp2", "dp3"})
-    hung = alert("NcclinspCollectiveHung", job_id="s3-hang", node="node0", comm_name="dp1",
-                 comm_hash="5a0c2e61f00d0001")
-    s["s3-hang"] = [hung] + degraded("s3-hang", {"dp1"})
-    hung4 = dict(hung, labels=dict(hung["labels"], job_id="s4-hang-and-pp0"))
-    s["s4-hang-and-pp0"] = [hung4] + degraded("s4-hang-and-pp0", {"dp1", "pp0"})
+    s["s3-hang"] = hang("s3-hang", "NcclinspRankNeverJoined") + degraded("s3-hang", {"dp1"})
+    s["s4-hang-and-pp0"] = hang("s4-hang-and-pp0", "NcclinspRankNeverJoined") + degraded("s4-hang-and-pp0", {"dp1", "pp0"})
     s["s5-slownic"] = ([alert("NcclinspHostNetworkSlow", job_id="s5-slownic", node="node2")]
                        + degraded("s5-slownic", in_process=True)
                        + [a for a in host_below("s5-slownic", "node2") if a["labels"]["comm_name"] == "pp2"])
@@ -125,8 +138,8 @@ def scenarios():
              for g in range(GPUS)]
     s["s6-killed"] = (stale + degraded("s6-killed", in_process=True, promql=False)
                       + [alert("NcclinspNvlinkDegraded", job_id="s6-killed", node="node1", comm_name="tp",
-                               comm_hash="5a0c2e61f00d00ff"),
-                         dict(hung, labels=dict(hung["labels"], job_id="s6-killed"))])
+                               comm_hash="5a0c2e61f00d00ff")]
+                      + hang("s6-killed", "NcclinspRankProcessGone"))
     s["team-a/train"] = degraded("team-a/train", {"dp0"})
     s["team-b/train"] = degraded("team-b/train", {"dp0"})
     parse = [alert("NcclinspTextfileParseError", job="node-exporter", instance=f"10.0.1.{i}:9100") for i in (1, 2)]
@@ -142,12 +155,13 @@ def scenarios():
 EXPECTED = [
     ("s1-network", None, "/ticket", "NcclinspNetworkFabricDegraded", 1, {"fabric": "network"}),
     ("s2-slowhost", None, "/ticket", "NcclinspHostBelowJobMedian", 2 + GPUS + 2 * GPUS, {"node": "node1"}),
-    ("s3-hang", None, "/page", "NcclinspCollectiveHung", 1, {"comm_name": "dp1", "severity": "critical"}),
-    ("s4-hang-and-pp0", None, "/page", "NcclinspCollectiveHung", 1, {"comm_name": "dp1"}),
+    ("s3-hang", None, "/page", "NcclinspRankNeverJoined", 1,
+     {"comm_name": "dp1", "severity": "critical", "role": "primary", "node": "node1", "gpu": "GPU1", "global_rank": "5"}),
+    ("s4-hang-and-pp0", None, "/page", "NcclinspRankNeverJoined", 1, {"comm_name": "dp1", "global_rank": "5"}),
     ("s4-hang-and-pp0", None, "/ticket", "NcclinspBusBandwidthDegraded", 2, {"comm_name": "pp0"}),
     ("s5-slownic", None, "/ticket", "NcclinspHostNetworkSlow", 1, {"node": "node2", "culprit": "host"}),
     ("s6-killed", None, "/ticket", "NcclinspExporterStale", GPUS, {"node": "node1"}),
-    ("s6-killed", None, "/page", "NcclinspCollectiveHung", 1, {"comm_name": "dp1"}),
+    ("s6-killed", None, "/page", "NcclinspRankProcessGone", 1, {"comm_name": "dp1", "global_rank": "5", "node": "node1"}),
     ("team-a/train", None, "/ticket", "NcclinspBusBandwidthDegraded", 1, {"comm_name": "dp0"}),
     ("team-b/train", None, "/ticket", "NcclinspBusBandwidthDegraded", 1, {"comm_name": "dp0"}),
     (None, "10.0.1.1:9100", "/ticket", "NcclinspTextfileParseError", 1, {}),
@@ -157,8 +171,8 @@ EXPECTED = [
     ("77", "10.0.1.3:9100", "/ticket", "NcclinspTextfileStale", 1, {}),
 ]
 # Alerts that Alertmanager holds but mutes, per job_id.
-WANT_MUTED = {"s1-network": 28, "s2-slowhost": 6, "s3-hang": 1, "s4-hang-and-pp0": 1,
-              "s5-slownic": 28 + 2, "s6-killed": 14 + 1}
+WANT_MUTED = {"s1-network": 28, "s2-slowhost": 6, "s3-hang": 1 + 3 + 1, "s4-hang-and-pp0": 1 + 3 + 1,
+              "s5-slownic": 28 + 2, "s6-killed": 14 + 1 + 1 + 3}
 
 
 def test_config(src, dst, hook_url):
@@ -203,7 +217,8 @@ def main():
         print("FAIL: amtool check-config")
         return 1
     for name in ("NcclinspBusBandwidthDegraded", "NcclinspNetworkFabricDegraded", "NcclinspHostBelowJobMedian",
-                 "NcclinspCollectiveHung", "NcclinspHostNetworkSlow", "NcclinspExporterStale"):
+                 "NcclinspCollectiveHung", "NcclinspRankNeverJoined", "NcclinspRankProcessGone",
+                 "NcclinspAllRanksStuck", "NcclinspHostNetworkSlow", "NcclinspExporterStale"):
         if name not in RULE:
             fails.append(f"rule {name} missing from {RULES}")
     for name, (_, ann) in RULE.items():  # every alert: what it means and where the runbook is
