@@ -1,9 +1,9 @@
 #pragma once
 /// collector<Traits>: aggregates completed ops into per-thread shards (hot path) and turns them
 /// into a snapshot (exporter thread). It ties together the communicator table
-/// (detail/comm_table.hpp: registration, retirement, reuse), the per-thread shards of cells
-/// (detail/shard.hpp, keyed by detail/cell_key.hpp) and their per-op record rings
-/// (detail/record_ring.hpp: growth, the doorbell at the high-water mark, drops when full).
+/// (collector/comm_table.hpp: registration, retirement, reuse), the per-thread shards of cells
+/// (collector/shard.hpp, keyed by collector/cell_key.hpp) and their per-op record rings
+/// (collector/record_ring.hpp: growth, the doorbell at the high-water mark, drops when full).
 ///
 /// Hot path (record, note_started, note_filtered, note_dropped): noexcept, no lock, no allocation
 /// after a thread's first call (its shard is allocated then), and each thread writes only its own
@@ -34,13 +34,13 @@
 
 #include "ncclinsp/bandwidth.hpp"
 #include "ncclinsp/bucketing.hpp"
-#include "ncclinsp/detail/cell_key.hpp"
+#include "ncclinsp/collector/cell_key.hpp"
+#include "ncclinsp/collector/comm_table.hpp"
+#include "ncclinsp/collector/record_ring.hpp"
+#include "ncclinsp/collector/shard.hpp"
 #include "ncclinsp/detail/clock.hpp"
-#include "ncclinsp/detail/comm_table.hpp"
 #include "ncclinsp/detail/doorbell.hpp"
 #include "ncclinsp/detail/platform.hpp"
-#include "ncclinsp/detail/record_ring.hpp"
-#include "ncclinsp/detail/shard.hpp"
 #include "ncclinsp/detail/thread_slot.hpp"
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/model.hpp"

@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "ncclinsp/bandwidth.hpp"
-#include "ncclinsp/detail/cell_key.hpp"
+#include "ncclinsp/collector/cell_key.hpp"
+#include "ncclinsp/collector/record_ring.hpp"
 #include "ncclinsp/detail/platform.hpp"
-#include "ncclinsp/detail/record_ring.hpp"
 #include "ncclinsp/histogram.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/snapshot.hpp"
