@@ -16,10 +16,10 @@ Scenarios (one job id each, all sent at once, as they fire within seconds of eac
   2. slow host node1: NcclinspHostBelowJobMedian for node1 on every network communicator it is
      in + NcclinspBusBandwidthDegraded for the job's collectives it drags down
      -> one ticket naming node1; the job-level alerts are inhibited.
-  3. hang: global rank 5 (node1 GPU1) never joins dp1: NcclinspRankNeverJoined (critical,
-     role=primary) on dp1, its secondary on fsdp (warning), the per-node NcclinspCollectiveHung of
-     the three waiting nodes and the bandwidth alert of dp1
-     -> one page naming rank 5 on dp1; the 5 others are inhibited.
+  3. hang: global rank 5 (node1 GPU1) never joins dp1: NcclinspRankNeverJoined (critical and
+     its earlier warning, role=primary) on dp1, its secondary on fsdp (warning), the per-node
+     NcclinspCollectiveHung of the three waiting nodes and the bandwidth alert of dp1
+     -> one page naming rank 5 on dp1; the 6 others are inhibited.
   4. that hang + a degradation of pp0 (not explained by the hang)
      -> one page (dp1) and one ticket (pp0).
   5. slow NIC on node2, named by proxy timing: NcclinspHostNetworkSlow for node2 + the 28
@@ -112,11 +112,12 @@ def host_below(job, node):
 
 def hang(job, kind):
     """A hang whose culprit is global rank 5 (node1 GPU1, rank 1 of dp1): the culprit alert of
-    `kind` on dp1 (primary, critical) and on fsdp (secondary, warning), and the per-node pages of
-    the three nodes that wait in dp1."""
+    `kind` on dp1 (primary, critical; a never-joined rank's warning still fires beside it) and on
+    fsdp (secondary, warning), and the per-node pages of the three nodes that wait in dp1."""
     who = dict(job_id=job, node="node1", gpu="GPU1", uuid="GPU-5a0c2e61-0000-0000-0000-000000000011", global_rank=5)
-    return [alert(kind, comm_name="dp1", comm_hash="5a0c2e61f00d0001", rank=1, nranks=NODES, n_nodes=NODES,
-                  role="primary", **who),
+    dp1 = dict(comm_name="dp1", comm_hash="5a0c2e61f00d0001", rank=1, nranks=NODES, n_nodes=NODES, role="primary", **who)
+    warn = [alert(kind, severity="warning", **dp1)] if kind == "NcclinspRankNeverJoined" else []
+    return warn + [alert(kind, **dp1),
             alert(kind, severity="warning", comm_name="fsdp", comm_hash="5a0c2e61f00d00f5", rank=5,
                   nranks=NODES * GPUS, n_nodes=NODES, role="secondary", **who)] + [
         alert("NcclinspCollectiveHung", job_id=job, node=f"node{n}", comm_name="dp1", comm_hash="5a0c2e61f00d0001")
@@ -171,7 +172,7 @@ EXPECTED = [
     ("77", "10.0.1.3:9100", "/ticket", "NcclinspTextfileStale", 1, {}),
 ]
 # Alerts that Alertmanager holds but mutes, per job_id.
-WANT_MUTED = {"s1-network": 28, "s2-slowhost": 6, "s3-hang": 1 + 3 + 1, "s4-hang-and-pp0": 1 + 3 + 1,
+WANT_MUTED = {"s1-network": 28, "s2-slowhost": 6, "s3-hang": 1 + 1 + 3 + 1, "s4-hang-and-pp0": 1 + 1 + 3 + 1,
               "s5-slownic": 28 + 2, "s6-killed": 14 + 1 + 1 + 3}
 
 
