@@ -8,7 +8,7 @@ cmake_minimum_required(VERSION 3.20)
 #     that stops matching fails the test instead of passing silently.
 #  3. Every relative link of every Markdown file resolves: the target exists inside the repository
 #     and, for `file.md#anchor`, the anchor is one of its headings (GitHub's slugs) or `<a id>`s.
-# Build trees (build*/), node_modules/, .git/ and this script are not scanned.
+# Build trees, node_modules/, .git/ and this script are not scanned.
 if(NOT ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<source dir> -P check_docs.cmake")
 endif()
@@ -49,10 +49,27 @@ foreach(s IN LISTS _good_samples)
   endif()
 endforeach()
 
-file(GLOB_RECURSE _all LIST_DIRECTORIES false RELATIVE ${ROOT} ${ROOT}/*)
+# The project's files: in a git checkout, what git tracks or would track (.gitignore'd build trees
+# and packages left out); elsewhere (an unpacked archive) every file but build trees and packages.
+set(_all "")
+find_program(_git git)
+if(_git AND EXISTS ${ROOT}/.git)
+  execute_process(COMMAND ${_git} -C ${ROOT} ls-files --cached --others --exclude-standard
+    OUTPUT_VARIABLE _all RESULT_VARIABLE _rc ERROR_QUIET)
+  if(_rc EQUAL 0)
+    string(REPLACE ";" "\\;" _all "${_all}")
+    string(REPLACE "\n" ";" _all "${_all}")
+  else()
+    set(_all "")
+  endif()
+endif()
+if(NOT _all)
+  file(GLOB_RECURSE _all LIST_DIRECTORIES false RELATIVE ${ROOT} ${ROOT}/*)
+endif()
 set(_files "")
 foreach(f IN LISTS _all)
-  if(f MATCHES "^(build[^/]*|\\.git|out)/|(^|/)(node_modules|__pycache__)/" OR f STREQUAL "tests/check_docs.cmake")
+  if(f STREQUAL "" OR f MATCHES "^(build[^/]*|\\.git|out)/|(^|/)(node_modules|__pycache__)/"
+     OR f STREQUAL "tests/check_docs.cmake" OR NOT EXISTS "${ROOT}/${f}" OR IS_DIRECTORY "${ROOT}/${f}")
     continue()
   endif()
   list(APPEND _files "${f}")
