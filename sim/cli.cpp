@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ncclinsp::sim::app {
@@ -129,6 +130,14 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   app.add_option("--random-fault", random_seed, "SEED: one fault of a random kind, culprit, size (10-50%) and onset");
   app.add_option("--hang-rank", hangs,
                  "R@T: global rank R's first op at/after T never completes; its peers block in it");
+  std::vector<std::string> stalls, pauses, kills;
+  app.add_option("--stall-rank", stalls, "R@T: global rank R issues no NCCL op from T on; its peers block waiting");
+  app.add_option("--pause-rank", pauses, "R@T:D: global rank R issues no NCCL op for D s from T (a checkpoint)");
+  app.add_option("--kill-rank", kills, "R@T: global rank R's process dies at T (implies --process-per-gpu)");
+  app.add_option("--net-stall", o.net_stall_at, "T: network ops running at/after T never complete")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--process-per-gpu", o.process_per_gpu, "one process per GPU (as torchrun), not one per node");
+  app.add_option("--gpu-index", o.gpu_index)->group("");
   app.add_option("--node-index", o.node_index)->group("");
   app.add_option("--start-wall-ns", o.start_wall_ns)->group("");
   CLI11_PARSE(app, argc, argv);
@@ -158,20 +167,6 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     v = std::atoi(n.c_str());
     return v >= 0 && v < o.nodes;
   };
-  if (!wobble.empty()) {
-    const auto c = wobble.find(':');
-    char* e1 = nullptr;
-    o.wobble_pct = std::strtod(wobble.c_str(), &e1);
-    bool ok = e1 && (*e1 == 0 || *e1 == ':') && o.wobble_pct >= 0 && o.wobble_pct < 50;
-    if (ok && c != std::string::npos) {
-      char* e2 = nullptr;
-      o.wobble_period_s = std::strtod(wobble.c_str() + c + 1, &e2);
-      ok = e2 && *e2 == 0 && o.wobble_period_s >= 1;
-    }
-    if (!ok)
-      return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()),
-             2;
-  }
   // "A:B[:C...]" as numbers; the count must be within [lo_n, hi_n].
   auto numbers = [](const std::string& s, std::size_t lo_n, std::size_t hi_n, std::vector<double>& v,
                     std::string* word = nullptr) {
@@ -194,6 +189,13 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     return v.size() >= lo_n && v.size() <= hi_n;
   };
   std::vector<double> nv;
+  if (!wobble.empty()) {
+    if (!numbers(wobble, 1, 2, nv) || nv[0] < 0 || nv[0] >= 50 || (nv.size() == 2 && nv[1] < 1))
+      return std::fprintf(stderr, "bad --wobble %s (PCT[:PERIOD_S], 0 <= PCT < 50, PERIOD_S >= 1)\n", wobble.c_str()),
+             2;
+    o.wobble_pct = nv[0];
+    if (nv.size() == 2) o.wobble_period_s = nv[1];
+  }
   for (const auto& c : congestion_s) {
     std::string scope = "fabric";
     if (!numbers(c, 3, 3, nv, &scope) || nv[0] <= 0 || nv[1] <= 0 || nv[2] <= 0 || nv[2] >= 100 ||
@@ -271,15 +273,27 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
       return std::fprintf(stderr, "bad --nvlink-degrade %s: NODE:PCT@T0-T1\n", s.c_str()), 1;
     o.faults.push_back(f);
   }
-  for (const auto& s : hangs) {
-    hang h;
-    const auto at = s.find('@');
-    if (at == std::string::npos) return std::fprintf(stderr, "bad --hang-rank %s\n", s.c_str()), 1;
-    h.rank = std::atoi(s.substr(0, at).c_str());
-    h.t = std::atof(s.substr(at + 1).c_str());
-    if (h.rank < 0 || h.rank >= o.nodes * o.gpus) return std::fprintf(stderr, "bad --hang-rank %s\n", s.c_str()), 1;
-    o.hangs.push_back(h);
-  }
+  // "R@T" (pause: "R@T:D"): R a global rank, T (and D) seconds.
+  for (const auto& [flag, list, kind] : {std::tuple{"--hang-rank", &hangs, rank_fault_kind::hang},
+                                         std::tuple{"--stall-rank", &stalls, rank_fault_kind::stall},
+                                         std::tuple{"--pause-rank", &pauses, rank_fault_kind::pause},
+                                         std::tuple{"--kill-rank", &kills, rank_fault_kind::kill}})
+    for (const auto& s : *list) {
+      rank_fault f;
+      f.kind = kind;
+      const auto at = s.find('@');
+      const bool pause = kind == rank_fault_kind::pause;
+      double r = 0;
+      if (at == std::string::npos || !number(s.substr(0, at), 0, o.nodes * o.gpus, r) ||
+          !numbers(s.substr(at + 1), pause ? 2 : 1, pause ? 2 : 1, nv) || nv[0] < 0 || (pause && nv[1] <= 0))
+        return std::fprintf(stderr, "bad %s %s (%s, R < %d)\n", flag, s.c_str(), pause ? "R@T:D, D > 0" : "R@T",
+                            o.nodes * o.gpus),
+               1;
+      f.rank = int(r);
+      f.t = nv[0];
+      if (pause) f.d = nv[1];
+      o.rank_faults.push_back(f);
+    }
   if (!nccl.empty()) {
     o.nccl = find_release(nccl);
     if (!o.nccl) return std::fprintf(stderr, "bad --nccl %s (2.27, 2.28, 2.30, 2.31.2)\n", nccl.c_str()), 2;
@@ -295,6 +309,12 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     o.single_process = true;
     if (o.steps <= 0) o.steps = 1;
   }
+  if ((o.cases || o.alltoall) && (!o.rank_faults.empty() || o.net_stall_at >= 0))
+    return std::fprintf(stderr, "rank faults and --net-stall apply to --workload training and serving\n"), 2;
+  o.process_per_gpu = o.process_per_gpu || !kills.empty();  // a kill takes down one rank's process only
+  if (o.process_per_gpu && o.single_process)
+    return std::fprintf(stderr, "--process-per-gpu (implied by --kill-rank) and --single-process exclude each other\n"),
+           2;
   if (o.bad_timer > 0 && !o.alltoall) return std::fprintf(stderr, "--bad-timer applies to --workload alltoall\n"), 2;
   if (o.duration <= 0 && o.steps <= 0) o.duration = 60;
   if (o.abort_at >= 0) {  // ncclCommAbort: the ops in flight stay open (2.31.2 purges them; the same to a plugin)

@@ -7,11 +7,14 @@
 
 ///
 /// This header is the model's one include; the parts: job_hash.hpp, job_options.hpp (options, faults),
-/// workload.hpp, link_model.hpp (bandwidth physics), timeline.hpp, proxy_steps.hpp.
+/// rank_faults.hpp (the rank faults' schedule), workload_types.hpp, workload.hpp, serving.hpp,
+/// link_model.hpp (bandwidth physics), timeline.hpp, proxy_steps.hpp.
 
 #include "job_hash.hpp"
 #include "job_options.hpp"
 #include "link_model.hpp"
 #include "proxy_steps.hpp"
+#include "rank_faults.hpp"
 #include "timeline.hpp"
 #include "workload.hpp"
+#include "workload_types.hpp"

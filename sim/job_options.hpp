@@ -1,6 +1,7 @@
 #pragma once
 /// ncclinsp-sim's configuration (`options`, one struct set by the command line) and its fault schedule:
-/// fault windows and kinds, `--hang-rank`, and the `--random-fault` draw.
+/// fault windows and kinds, the rank faults (`--hang-rank`, `--stall-rank`, `--pause-rank`, `--kill-rank`),
+/// and the `--random-fault` draw.
 /// Thread-safety: plain data and pure functions.
 
 #include "job_hash.hpp"
@@ -45,9 +46,29 @@ struct fault {
   window w;
   bool random = false;  ///< chosen by --random-fault
 };
-struct hang {
-  int rank = 0;
-  double t = 0;
+/// A fault of one rank's process, as NCCL's peers see it (sim/README.md "Hangs, stalls, pauses and kills"):
+/// hang: its first op at/after t never completes (a fault inside the collective: every member in flight);
+/// stall: it issues no NCCL op from t on (stuck in user code); pause: it issues none in [t, t + d) (a
+/// checkpoint write), then carries on; kill: its process dies at t (one process per GPU).
+enum class rank_fault_kind : std::uint8_t { hang, stall, pause, kill };
+constexpr const char* rank_fault_name(rank_fault_kind k) noexcept {
+  switch (k) {
+    case rank_fault_kind::hang:
+      return "hang";
+    case rank_fault_kind::stall:
+      return "stall";
+    case rank_fault_kind::pause:
+      return "pause";
+    case rank_fault_kind::kill:
+      return "kill";
+  }
+  return "?";
+}
+struct rank_fault {
+  rank_fault_kind kind = rank_fault_kind::hang;
+  int rank = 0;   ///< global rank
+  double t = 0;   ///< onset, simulated s
+  double d = -1;  ///< pause: its length, s; -1: to the end of the run
 };
 
 /// Real-world network noise on a healthy fabric (sim/README.md "Network noise"). All off by default.
@@ -116,7 +137,10 @@ struct options {
   double wobble_pct = 0;        ///< healthy fabric wobble: every NIC x (1 + W/100 sin(2 pi t / period))
   double wobble_period_s = 120;
   std::vector<fault> faults;
-  std::vector<hang> hangs;
+  std::vector<rank_fault> rank_faults;  ///< --hang-rank, --stall-rank, --pause-rank, --kill-rank
+  double net_stall_at = -1;             ///< --net-stall: network ops running at/after this second never complete
+  bool process_per_gpu = false;         ///< one process per GPU (--process-per-gpu; --kill-rank implies it)
+  int gpu_index = -1;                   ///< a per-GPU child's local GPU (hidden --gpu-index)
   // Network noise (all 0 = off, the default: the timeline is then exactly the noise-free one).
   std::vector<congestion> bursts_cfg;      ///< one per --congestion
   std::vector<std::vector<burst>> bursts;  ///< per --congestion, drawn from the seed (draw_bursts), by onset

@@ -2,11 +2,10 @@
 /// ncclinsp-sim's serving workload (`--workload serving`): tensor-parallel decode as vLLM or SGLang run it,
 /// on the tp communicator of each node. Every step: four 1 MiB AllReduce (one per layer block) launched
 /// by a CUDA-graph replay, with the eager ops a serving engine issues beside them: a 16 MiB AllReduce
-/// (a prefill chunk) and a 256 KiB AllGather (logits). Also `mark_program` (--cuda-graphs, --collnet on
-/// the training program). Included by workload.hpp after the program's types.
+/// (a prefill chunk) and a 256 KiB AllGather (logits).
 /// Thread-safety: pure functions.
 
-#include "workload.hpp"
+#include "workload_types.hpp"
 
 #include <vector>
 
@@ -25,17 +24,6 @@ inline std::vector<sim_group> build_serving_program(const options& o) {
   for (auto& grp : g) std::erase_if(grp.ops, [&](const sim_op& op) { return comm_size(o, op.comm) < 2; });
   std::erase_if(g, [](const sim_group& grp) { return grp.ops.empty(); });
   return g;
-}
-
-inline void mark_program(const options& o, std::vector<sim_group>& g) {
-  for (auto& grp : g)
-    for (auto& op : grp.ops) {
-      if (o.cuda_graphs && op.comm == comm_kind::tp && op.func == nccl_func::all_reduce && !op.ce) op.graph = true;
-      if (o.collnet && op.comm == comm_kind::dp && op.func == nccl_func::all_reduce) {
-        op.collnet = true;
-        op.algo = "COLLNET_DIRECT";
-      }
-    }
 }
 
 }  // namespace ncclinsp::sim::job

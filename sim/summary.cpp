@@ -2,6 +2,8 @@
 
 #include "summary.hpp"
 
+#include "scenario_summary.hpp"
+
 #include "job_model.hpp"
 #include "nccl_driver.hpp"
 
@@ -58,7 +60,8 @@ std::map<std::string, double> measured_busbw(const options& base, const std::vec
   options o = base;
   o.faults = faults;
   for (auto& f : o.faults) f.w = window{0, 1e300};
-  o.hangs.clear();
+  o.rank_faults.clear();
+  o.net_stall_at = -1;
   o.bursts.clear();  // the expected figures are noise-free
   o.tail_frac = o.pause_every_s = o.warmup_s = o.op_noise_pct = 0;
   const model m(o);
@@ -150,7 +153,8 @@ void write_summary(const options& o, const model& m, const std::string& path) {
     j.end_array();
   }
   j.key("hang_rank").begin_array();
-  for (const auto& h : o.hangs) {
+  for (const auto& h : o.rank_faults) {
+    if (h.kind != rank_fault_kind::hang) continue;
     j.begin_object().key("rank").value(h.rank);
     num("t", h.t);
     j.end_object();
@@ -158,6 +162,7 @@ void write_summary(const options& o, const model& m, const std::string& path) {
   j.end_array().key("all").begin_array();
   for (const auto& f : o.faults) fault_json(j, o, f);
   j.end_array().end_object();
+  write_scenarios(j, o, m, summary_precision);
   const auto rf = std::find_if(o.faults.begin(), o.faults.end(), [](const fault& f) { return f.random; });
   j.key("random_fault");
   if (rf == o.faults.end())

@@ -1,18 +1,18 @@
 #pragma once
 /// ncclinsp-sim's coupled timeline: every rank's ops of one step, arrival, coupling to the last arriving
-/// peer, per-channel stops, hangs. Every rank computes the whole job's timeline from the options and the
+/// peer, per-channel stops, hangs, stalls, pauses, kills and network stalls (rank_faults.hpp). Every rank computes the whole job's timeline from the options and the
 /// seed, so the ranks of one op agree on its timing without talking to each other.
 /// Thread-safety: one instance per thread.
 
 #include "job_hash.hpp"
 #include "job_options.hpp"
 #include "link_model.hpp"
+#include "rank_faults.hpp"
 #include "workload.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <optional>
 #include <vector>
 
 namespace ncclinsp::sim::job {
@@ -35,8 +35,11 @@ struct rank_op {
 ///    each channel ends after latency + bytes / (busbw x that channel's slowest edge); the op ends with its
 ///    slowest channel; the next op of a group starts at that end;
 ///  * KernelCh start = own arrival, KernelCh stop = the channel's common end + up to one hop (link latency);
-///  * a hung op (the --hang-rank rank's first op at/after T, or any op with an already-blocked member)
-///    starts on every member that arrives and never completes; those ranks issue nothing more.
+///  * a hung op (the --hang-rank rank's first op at/after T, any op with an already-blocked member, an op
+///    running when a member's process dies, a network op running at/after --net-stall) starts on every
+///    member that arrives and never completes; those ranks issue nothing more;
+///  * a stalled or killed rank launches nothing from its onset on (blocked, no op in flight); a paused
+///    rank launches nothing in [T, T + D), its next launch waits for the pause's end.
 class timeline {
  public:
   explicit timeline(const model& m)
@@ -47,7 +50,8 @@ class timeline {
         blocked_(std::size_t(n_), 0),
         ops_(std::size_t(n_)),
         arrivals_(m.program.size(), std::vector<double>(std::size_t(n_), 0.0)),
-        next_pause_(m.o.pause_every_s) {}
+        next_pause_(m.o.pause_every_s),
+        faults_(m.o) {}
 
   int ranks() const noexcept { return n_; }
   bool blocked(int r) const noexcept { return blocked_[std::size_t(r)] != 0; }
@@ -56,6 +60,7 @@ class timeline {
   /// Rank r's launch time of group g in the last step (valid where r took part in g).
   double arrival(int g, int r) const noexcept { return arrivals_[std::size_t(g)][std::size_t(r)]; }
   const model& the_model() const noexcept { return m_; }
+  const rank_faults& faults() const noexcept { return faults_; }
   /// The job's clock, the same for every rank: the earliest unblocked rank's time (the latest if all blocked).
   double job_now() const noexcept {
     double lo = 1e300, hi = 0;
@@ -84,8 +89,9 @@ class timeline {
       for (int r = 0; r < n_; ++r) {
         if (blocked(r)) continue;
         const double t = cur_[std::size_t(r)] + c * g.compute_frac;
-        arr_[std::size_t(r)] =
-            t + m_.jitter_s() * unit01(mix(mix(o.seed, s), u64(gi) * 65536 + u64(r))) + m_.straggle(r, t);
+        arr_[std::size_t(r)] = faults_.launch(
+            r, t + m_.jitter_s() * unit01(mix(mix(o.seed, s), u64(gi) * 65536 + u64(r))) + m_.straggle(r, t));
+        if (faults_.silent(r, arr_[std::size_t(r)])) blocked_[std::size_t(r)] = 1;  // nothing in flight
       }
       arrivals_[gi] = arr_;
       const bool ce_only = std::all_of(g.ops.begin(), g.ops.end(), [](const sim_op& op) { return op.ce; });
@@ -112,15 +118,25 @@ class timeline {
   }
 
  private:
-  std::optional<double> hang_time(int r) const {
-    std::optional<double> t;
-    for (const auto& h : m_.o.hangs)
-      if (h.rank == r && (!t || h.t < *t)) t = h.t;
-    return t;
-  }
-  bool hangs_now(int r) const {
-    const auto t = hang_time(r);
-    return t && arr_[std::size_t(r)] >= *t;
+  bool hangs_now(int r) const { return faults_.hangs(r, arr_[std::size_t(r)]); }
+  /// Whether a group that starts its data flow at t0 on these members would be struck while it runs: a
+  /// member's process dies before its end, or the network stalls (network communicators only). The ops of a
+  /// collective group run one after the other, a P2P pair's Send and Recv (`concurrent`) side by side.
+  bool struck(u64 s, std::size_t gi, const std::vector<int>& members, int local, int n0, int n1, double t0, u64 inst,
+              bool concurrent = false) const {
+    if (!faults_.any_in_op()) return false;
+    const sim_group& g = m_.program[gi];
+    double end = t0;
+    std::array<double, max_channels> ends{};
+    for (std::size_t oi = 0; oi < g.ops.size(); ++oi) {
+      if (g.ops[oi].ce) continue;
+      double e = 0;
+      channel_ends(s, gi, oi, local, n0, n1, concurrent ? t0 : end, inst, ends, e);
+      end = std::max(end, e);
+    }
+    if (comm_network(m_.o, g.ops.front().comm) && faults_.net_stalls(end)) return true;
+    return std::any_of(members.begin(), members.end(),
+                       [&](int r) { return faults_.dies_in(r, arr_[std::size_t(r)], end); });
   }
   std::vector<std::vector<int>> instances(comm_kind k) const {
     const int N = m_.o.nodes, G = m_.o.gpus;
@@ -177,6 +193,7 @@ class timeline {
     }
     const int local = m_.o.gpus > 0 ? members.front() % m_.o.gpus : 0;
     const int n0 = members.front() / m_.o.gpus, n1 = members.back() / m_.o.gpus;
+    if (!hung) hung = struck(s, gi, members, local, n0, n1, t0, u64(members.front()));
     if (hung) {
       for (int r : members) {
         if (blocked(r)) continue;
@@ -224,8 +241,9 @@ class timeline {
       for (int k = 0; k + 1 < N; ++k) {
         const int a = k * G + l, b = (k + 1) * G + l;
         if (blocked(a) && blocked(b)) continue;
-        const bool hung = blocked(a) || blocked(b) || hangs_now(a) || hangs_now(b);
         const double t0 = std::max(blocked(a) ? 0.0 : arr_[std::size_t(a)], blocked(b) ? 0.0 : arr_[std::size_t(b)]);
+        const bool hung = blocked(a) || blocked(b) || hangs_now(a) || hangs_now(b) ||
+                          struck(s, gi, {a, b}, l, k, k + 1, t0, u64(a), true);
         for (std::size_t oi = 0; oi < g.ops.size(); ++oi) {
           const sim_op& op = g.ops[oi];
           const int r = op.p2p_dir > 0 ? a : b;  // the send runs on a, the matching recv on b
@@ -267,6 +285,7 @@ class timeline {
   std::vector<std::vector<rank_op>> ops_;
   std::vector<std::vector<double>> arrivals_;
   double next_pause_;  ///< job time of the next --pause
+  rank_faults faults_;
 };
 
 }  // namespace ncclinsp::sim::job

@@ -1,11 +1,13 @@
 #pragma once
-/// ncclinsp-sim's workload: the communicators (tp, fsdp, dp, pp), one training step's op groups
-/// (`build_program`), the link constants of the physics, and nccl-tests traffic per op.
+/// ncclinsp-sim's workload: one training step's op groups (`build_program`; the serving one from
+/// serving.hpp), and nccl-tests traffic per op. Its vocabulary (communicators, ops) is workload_types.hpp.
 /// Thread-safety: pure functions.
 
 #include "job_hash.hpp"
 #include "job_options.hpp"
 #include "nccl_vocab.hpp"
+#include "serving.hpp"
+#include "workload_types.hpp"
 
 #include <ncclinsp/bandwidth.hpp>
 #include <ncclinsp/model.hpp>
@@ -16,72 +18,17 @@
 
 namespace ncclinsp::sim::job {
 
-// ---- workload ---------------------------------------------------------------------------------
-enum class comm_kind : std::uint8_t { tp, fsdp, dp, pp };
-inline constexpr int n_comm_kinds = 4;
-constexpr const char* kind_name(comm_kind k) {
-  switch (k) {
-    case comm_kind::tp:
-      return "tp";
-    case comm_kind::fsdp:
-      return "fsdp";
-    case comm_kind::dp:
-      return "dp";
-    case comm_kind::pp:
-      return "pp";
-  }
-  return "?";
+/// Marks the release-driven options on the training program (--cuda-graphs, --collnet).
+inline void mark_program(const options& o, std::vector<sim_group>& g) {
+  for (auto& grp : g)
+    for (auto& op : grp.ops) {
+      if (o.cuda_graphs && op.comm == comm_kind::tp && op.func == nccl_func::all_reduce && !op.ce) op.graph = true;
+      if (o.collnet && op.comm == comm_kind::dp && op.func == nccl_func::all_reduce) {
+        op.collnet = true;
+        op.algo = "COLLNET_DIRECT";
+      }
+    }
 }
-
-inline constexpr double nvlink_busbw = 360e9;   // bytes/s
-inline constexpr double network_busbw = 45e9;   // bytes/s per GPU
-inline constexpr double nvlink_latency = 8e-6;  // s
-inline constexpr double network_latency = 20e-6;
-inline constexpr double jitter_frac = 0.02;
-inline constexpr double nominal_tflops = 310.0;
-inline constexpr double degraded_tflops = 268.0;  // at --net-degrade 50
-inline constexpr std::size_t max_channels = 16;
-inline constexpr int chunk_bytes = 1 << 19;  // NCCL step size (SIMPLE, 4 MiB buffer / 8 steps)
-
-struct sim_op {
-  comm_kind comm;
-  nccl_func func;
-  nccl_dtype dtype;
-  std::size_t bytes;  ///< per-rank payload bytes (AG: send, RS: recv, AR: buffer, P2P: message)
-  const char* algo;
-  const char* proto;
-  std::uint8_t n_channels;
-  int channel_lo = -1;
-  std::uint64_t tag = 0;
-  bool sym = false;
-  bool ce = false;
-  int p2p_dir = 0;       ///< +1 send to next node, -1 recv from previous node
-  bool graph = false;    ///< launched by a CUDA-graph replay (captured at its first step)
-  bool collnet = false;  ///< CollNet (SHARP) algorithm
-};
-struct sim_group {
-  double compute_frac;  ///< share of the step's compute time before this group
-  std::vector<sim_op> ops;
-  bool first_step_only = false;
-};
-
-inline int comm_size(const options& o, comm_kind k) {
-  switch (k) {
-    case comm_kind::tp:
-      return o.gpus;
-    case comm_kind::fsdp:
-      return o.nodes * o.gpus;
-    case comm_kind::dp:
-    case comm_kind::pp:
-      return o.nodes;
-  }
-  return 1;
-}
-inline bool comm_network(const options& o, comm_kind k) { return k != comm_kind::tp && o.nodes > 1; }
-
-inline std::vector<sim_group> build_serving_program(const options& o);  // serving.hpp
-/// Marks the release-driven options on a program (--cuda-graphs, --collnet).
-inline void mark_program(const options& o, std::vector<sim_group>& g);
 
 inline std::vector<sim_group> build_program(const options& o) {
   if (o.serving) return build_serving_program(o);
@@ -143,5 +90,3 @@ inline traffic traffic_of(const sim_op& op, int n) {
 }
 
 }  // namespace ncclinsp::sim::job
-
-#include "serving.hpp"
