@@ -39,7 +39,8 @@ inline constexpr std::array<std::string_view, func_count> func_names = {
 namespace detail {
 /// The enumerator (unknown = 0) named `s` among names[1, end): NCCL's spellings, compared exactly.
 /// Flattened: each comparison stays a length check and inline bytes, never a memcmp call, however
-/// large the caller (hot: the plugin parses four names per op; bench/README.md, "Findings").
+/// large the caller (hot: the plugin parses four names per op; bench/README.md, "Where a
+/// collective's time goes").
 template <class E, std::size_t N>
 NCCLINSP_FLATTEN constexpr E parse_name(const std::array<std::string_view, N>& names, std::string_view s,
                                         std::size_t end = N) noexcept {
