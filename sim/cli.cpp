@@ -311,6 +311,7 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
   }
   if ((o.cases || o.alltoall) && (!o.rank_faults.empty() || o.net_stall_at >= 0))
     return std::fprintf(stderr, "rank faults and --net-stall apply to --workload training and serving\n"), 2;
+  if (o.net_stall_at >= 0 && o.nodes < 2) return std::fprintf(stderr, "--net-stall needs --nodes 2 or more\n"), 2;
   o.process_per_gpu = o.process_per_gpu || !kills.empty();  // a kill takes down one rank's process only
   if (o.process_per_gpu && o.single_process)
     return std::fprintf(stderr, "--process-per-gpu (implied by --kill-rank) and --single-process exclude each other\n"),
