@@ -42,6 +42,7 @@
 #include "ncclinsp/log.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/no_index.hpp"
+#include "ncclinsp/op_filter.hpp"
 #include "ncclinsp/sink.hpp"
 
 namespace ncclinsp {
@@ -155,7 +156,7 @@ class basic_inspector {
     t.comm = h;
     if (!opts_.enabled || h >= Traits::max_comms) NCCLINSP_UNLIKELY
       return t;
-    if ((is_p2p(f) && !opts_.enable_p2p) || (bytes && bytes < opts_.min_size_bytes)) return t;  // end() filters it
+    if (filter_.skips(f) || filter_.too_small(bytes != 0, bytes)) return t;  // end() filters it
     comm_extra* e = extras_[h].load(std::memory_order_acquire);
     if (!e) NCCLINSP_UNLIKELY
       return t;
@@ -322,8 +323,8 @@ class basic_inspector {
   }
 
   bool accept(comm_handle h, const op_record& op) noexcept {
-    if (is_p2p(op.fn) && !opts_.enable_p2p) return false;
-    if (op.bytes_valid && op.bytes < opts_.min_size_bytes) {
+    if (filter_.skips(op.fn)) return false;
+    if (filter_.too_small(op.bytes_valid, op.bytes)) {
       col_.note_filtered(h, filter_reason::min_size);
       return false;
     }
@@ -338,6 +339,8 @@ class basic_inspector {
   }
 
   inspector_options opts_;
+  // The size threshold and Send/Recv, applied as the plugin applies them (op_filter.hpp).
+  const op_filter filter_{.min_size_bytes = opts_.min_size_bytes, .p2p = opts_.enable_p2p};
   std::shared_ptr<core> core_;
   collector_type& col_;               // core_->col (the hot path's one indirection)
   std::atomic<comm_extra*>* extras_;  // core_->extras

@@ -21,6 +21,7 @@
 #include "ncclinsp/env_options.hpp"
 #include "ncclinsp/exporter.hpp"
 #include "ncclinsp/log.hpp"
+#include "ncclinsp/runtime_options.hpp"
 #include "ncclinsp/sink.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/snapshot.hpp"
@@ -84,7 +85,7 @@ struct inspector_options {
   /// The plugin's configuration (env_options::from_env(): NCCL_INSPECTOR_* and NCCLINSP_*) mapped onto
   /// an inspector: the same sinks in the same directory (prom_textfile_sink / json_sink), or the OTLP
   /// sink when NCCL_INSPECTOR_OTEL_EXPORT=1 (it takes precedence, as in Inspector), the same
-  /// interval, labels, filters and pool sizes. Cold path; invalid values are logged and defaulted.
+  /// interval, and the labels, filters and pool sizes of the plugin's own mapping (runtime_options_from). Cold path; invalid values are logged and defaulted.
   /// OTLP is opt-in: pass `otlp` = ncclinsp::make_otlp_http_sink (<ncclinsp/sinks/otlp_http_sink.hpp>);
   /// without it NCCL_INSPECTOR_OTEL_EXPORT=1 is refused with a warning and nothing is exported.
   static inspector_options from_env(const log_fn& log = {}, const getenv_fn& get = process_env,
@@ -93,14 +94,15 @@ struct inspector_options {
   }
   static inspector_options from(const env_options& o, const log_fn& log = {}, const getenv_fn& get = process_env,
                                 otlp_sink_factory otlp = nullptr) {
+    runtime_options rt = runtime_options_from(o, /*nccl_events=*/false, default_identity());
     inspector_options r;
     r.enabled = o.enable;
     r.interval = o.export_interval();
-    r.collector = collector_options_from(o, /*nccl_events=*/false, default_identity());
-    r.min_size_bytes = o.min_size_bytes;
-    r.enable_p2p = o.enable_p2p;
-    r.inflight_pool = o.coll_pool_size + (o.enable_p2p ? o.p2p_pool_size : 0);
-    r.detector = detector_options_from(o);
+    r.collector = std::move(rt.collector);
+    r.min_size_bytes = rt.filter.min_size_bytes;
+    r.enable_p2p = rt.filter.p2p;
+    r.inflight_pool = rt.inflight_pool;
+    r.detector = std::move(rt.detector);
     r.log = log;
     if (!o.enable) return r;
     r.sinks = sinks_from_options(o, log, get, otlp);

@@ -347,7 +347,7 @@ class event_adapter {
     const bool self = d->p2p.peer == cs->rank;
     if (self && cfg().self_p2p_shifts_channels) NCCLINSP_UNLIKELY
       note_shifted(*cs, d->p2p.nChannels);
-    if (!cfg().p2p) return abi::success;
+    if (!cfg().filter.p2p) return abi::success;
     const bool no_kernel_events = self || no_kernel_events_now();
     const std::uint32_t idx = ops_.begin(*cs, parse_func(d->p2p.func), d->p2p.count, d->p2p.datatype,
                                          no_kernel_events ? 0 : d->p2p.nChannels, false);

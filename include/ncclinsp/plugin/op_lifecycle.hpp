@@ -22,6 +22,7 @@
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/model.hpp"
 #include "ncclinsp/no_index.hpp"
+#include "ncclinsp/op_filter.hpp"
 #include "ncclinsp/plugin/comm_state.hpp"
 #include "ncclinsp/plugin/handle.hpp"
 
@@ -29,8 +30,7 @@ namespace ncclinsp::plugin {
 
 /// What the adapter needs of the configuration (plugin_state fills it from env_options).
 struct adapter_config {
-  std::uint64_t min_size_bytes = 0;    ///< smaller ops are filtered (NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)
-  bool p2p = true;                     ///< follow Send/Recv
+  op_filter filter{};                  ///< the size threshold and Send/Recv, as in embedded mode (op_filter.hpp)
   std::uint32_t proxy_sample = 1;      ///< 1 op in N gets proxy accounting (where the comm has a proxy table)
   bool require_kernel_timing = false;  ///< ops without GPU timing are filtered (CE ops exempt)
   bool traces = false;                 ///< per-callback traces (verbose JSON, trace sink)
@@ -68,7 +68,7 @@ class op_lifecycle {
     op_record rec;  // only its size fields are used before the slot is taken (registers, not a copy)
     rec.fn = f;
     set_size(rec, count, parse_dtype(dtype_name));
-    if (rec.bytes_valid && rec.bytes < cfg_.min_size_bytes) {
+    if (cfg_.filter.too_small(rec.bytes_valid, rec.bytes)) {
       col_.note_filtered(cs.handle, filter_reason::min_size);
       return no_index;
     }

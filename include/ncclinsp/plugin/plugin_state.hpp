@@ -39,6 +39,7 @@
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/plugin/event_adapter.hpp"
 #include "ncclinsp/plugin/handle.hpp"
+#include "ncclinsp/runtime_options.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/sinks/otlp_http_sink.hpp"
 #include "ncclinsp/version.hpp"
@@ -94,9 +95,8 @@ class plugin_state {
         return abi::success;
       }
       // Same shape for every communicator: the options are fixed at the first init.
-      const std::uint32_t pool = opts_.coll_pool_size + (opts_.enable_p2p ? opts_.p2p_pool_size : 0);
-      comm_state* cs = registry_.adopt(pool > max_op_slots ? max_op_slots : pool, col_->options().record_traces,
-                                       opts_.proxy ? proxy_steps_per_comm : 0);
+      comm_state* cs = registry_.adopt(inflight_pool_ > max_op_slots ? max_op_slots : inflight_pool_,
+                                       col_->options().record_traces, opts_.proxy ? proxy_steps_per_comm : 0);
       cs->nranks = nranks;
       cs->rank = rank;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
@@ -194,21 +194,21 @@ class plugin_state {
     configured_ = true;
     pin_library();
     opts_ = env_options::from_env([this](log_level l, std::string_view m) { log(l, std::string(m)); });
-    collector_options co = collector_options_from(opts_, /*nccl_events=*/true,
-                                                  {.hostname = detail::host_name(),
-                                                   .abi = "v" + std::to_string(abi_version),
-                                                   .pid = static_cast<long>(::getpid())});
-    col_ = std::make_unique<collector<>>(std::move(co));
+    runtime_options rt = runtime_options_from(opts_, /*nccl_events=*/true,
+                                              {.hostname = detail::host_name(),
+                                               .abi = "v" + std::to_string(abi_version),
+                                               .pid = static_cast<long>(::getpid())});
+    inflight_pool_ = rt.inflight_pool;
+    col_ = std::make_unique<collector<>>(std::move(rt.collector));
     adapter_.emplace(registry_, *col_,
-                     adapter_config{.min_size_bytes = opts_.min_size_bytes,
-                                    .p2p = opts_.enable_p2p,
+                     adapter_config{.filter = rt.filter,
                                     .proxy_sample = opts_.proxy_sample,
                                     .require_kernel_timing = opts_.require_kernel_timing,
                                     .traces = col_->options().record_traces,
                                     .pid = ::getpid(),
                                     .stale_channel_stops = abi_version <= 6,
                                     .self_p2p_shifts_channels = abi_version <= 6});
-    detector_ = std::make_unique<change_detector>(detector_options_from(opts_));
+    detector_ = std::make_unique<change_detector>(std::move(rt.detector));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
     // so the handler stays mapped.
@@ -313,6 +313,7 @@ class plugin_state {
   std::mutex mu_;
   bool configured_ = false;
   env_options opts_;
+  std::uint32_t inflight_pool_ = 0;  // in-flight op slots per communicator (runtime_options_from)
   std::unique_ptr<collector<>> col_;
   comm_registry registry_;  // declared before adapter_, which refers to it
   std::optional<event_adapter> adapter_;
