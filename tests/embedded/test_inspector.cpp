@@ -20,6 +20,7 @@
 
 #include "ncclinsp/format/prometheus_text.hpp"
 #include "ncclinsp/inspector.hpp"
+#include "ncclinsp/runtime_options.hpp"
 #include "plugin_harness.hpp"
 #include "ncclinsp/sinks/callback_sink.hpp"
 #include "ncclinsp/sinks/json_sink.hpp"
@@ -287,6 +288,46 @@ TEST_CASE("inspector: shutdown(timeout) is bounded when a sink blocks, the final
   CHECK(ok.shutdown(std::chrono::seconds(30)));
   CHECK(g3->writes == 1);
   CHECK(g3->shut);
+}
+
+TEST_CASE("inspector_options::from takes the plugin's mapping of the environment (runtime_options_from)",
+          "[embedded]") {
+  for (const char* p2p : {"1", "0"}) {
+    const std::map<std::string, std::string> env = {{"NCCL_INSPECTOR_ENABLE", "1"},
+                                                    {"NCCL_INSPECTOR_ENABLE_P2P", p2p},
+                                                    {"NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES", "4096"},
+                                                    {"NCCL_INSPECTOR_COLL_POOL_SIZE", "100"},
+                                                    {"NCCL_INSPECTOR_P2P_POOL_SIZE", "50"},
+                                                    {"NCCLINSP_USER_TAG_LABEL", "1"},
+                                                    {"NCCLINSP_DETECT", "0"}};
+    const getenv_fn get = [&](const char* k) -> const char* {
+      auto it = env.find(k);
+      return it == env.end() ? nullptr : it->second.c_str();
+    };
+    const env_options e = env_options::from_env({}, get);
+    const runtime_options plugin = runtime_options_from(e, /*nccl_events=*/true);
+    const inspector_options embedded = inspector_options::from(e, {}, get);
+    INFO("NCCL_INSPECTOR_ENABLE_P2P=" << p2p);
+    const bool on = std::string(p2p) == "1";
+    // The plugin's values, from the one mapping.
+    CHECK(plugin.filter.min_size_bytes == 4096);
+    CHECK(plugin.filter.p2p == on);
+    CHECK(plugin.inflight_pool == (on ? 150u : 100u));
+    CHECK(plugin.collector.user_tag_label);
+    CHECK_FALSE(plugin.detector.enabled);
+    // The embedded inspector gets the same ones.
+    CHECK(embedded.min_size_bytes == plugin.filter.min_size_bytes);
+    CHECK(embedded.enable_p2p == plugin.filter.p2p);
+    CHECK(embedded.inflight_pool == plugin.inflight_pool);
+    CHECK(embedded.collector.user_tag_label == plugin.collector.user_tag_label);
+    CHECK(embedded.detector.enabled == plugin.detector.enabled);
+    // The filter itself: below the threshold is filtered, an unknown size never is, Send/Recv per the switch.
+    CHECK(plugin.filter.too_small(true, 4095));
+    CHECK_FALSE(plugin.filter.too_small(true, 4096));
+    CHECK_FALSE(plugin.filter.too_small(false, 1));
+    CHECK(plugin.filter.skips(func::send) == !on);
+    CHECK_FALSE(plugin.filter.skips(func::all_reduce));
+  }
 }
 
 TEST_CASE("inspector: sinks are reachable after being moved in (find_sink, any_sink::target)", "[embedded]") {
