@@ -3,7 +3,9 @@
 /// with the version's argument order and the process-global mask, then the callback sequences of an API
 /// call / group (`enqueue`, user thread: driver_enqueue.hpp) and of kernel completion (`complete`,
 /// `complete_timed`, `start_only`, `foreign_proxy_op`, `proxy_ctrl`, proxy thread: driver_complete.hpp,
-/// driver_timed.hpp). Every entry point reaches the version-templated code through one dispatcher, `visit`.
+/// driver_timed.hpp). Every entry point reaches the version-templated code through one dispatcher, `visit`,
+/// and every version decision through one profile, `nccl_profile` (nccl_release.hpp); the device work
+/// rings are work_rings.hpp.
 /// Thread-safety: the user-thread and proxy-thread entry points may run concurrently (they share only
 /// immutable state); `enqueue` and `complete` allocate nothing.
 
@@ -13,9 +15,11 @@
 #include "driver_types.hpp"
 #include "event_emitter.hpp"
 #include "nccl_process.hpp"
+#include "nccl_release.hpp"
 #include "nccl_vocab.hpp"
 #include "plugin_library.hpp"
 #include "trace_sink.hpp"
+#include "work_rings.hpp"
 
 #include <ncclinsp/abi/callback_text.hpp>
 #include <ncclinsp/abi/nccl_profiler.hpp>
@@ -24,7 +28,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -34,7 +37,11 @@ namespace ncclinsp::sim {
 /// One communicator on one rank.
 class comm_driver {
  public:
-  comm_driver(const plugin_library& lib, comm_config cfg) : lib_(&lib), cfg_(std::move(cfg)), abi_(lib.abi()) {
+  comm_driver(const plugin_library& lib, comm_config cfg)
+      : lib_(&lib),
+        cfg_(std::move(cfg)),
+        abi_(lib.abi()),
+        prof_(nccl_profile::of(cfg_.release, abi_, cfg_.shim_quirks)) {
     if (!lib.ok()) {
       init_result_ = abi::internal_error;
       return;
@@ -64,13 +71,14 @@ class comm_driver {
              "Profiler init failed with error (%d). Continue without profiler.", int(init_result_));
       // 2.30.3+: ncclProfilerPluginInit unloads the library on an init error; no other communicator's
       // events or finalize reach it afterwards (the simulator stops calling instead of dlclosing).
-      if (cfg_.release && cfg_.release->unload_on_init_error) lib.mark_unloaded();
+      if (prof_.has(nccl_behaviour::init_error_unloads)) lib.mark_unloaded();
       return;
     }
     active_ = true;
     int m = load_mask();
-    if (abi_ == 5) m &= ~int(abi::ev_ce_coll | abi::ev_ce_sync | abi::ev_ce_batch | abi::ev_kernel_phase);  // v5 shim
-    if (abi_ == 6) m &= ~int(abi::ev_kernel_phase);                                                         // v6 shim
+    // Bits the loaded table has no event type for (the mask as the v5 / v6 table defines it).
+    if (abi_ == 5) m &= ~int(abi::ev_ce_coll | abi::ev_ce_sync | abi::ev_ce_batch | abi::ev_kernel_phase);
+    if (abi_ == 6) m &= ~int(abi::ev_kernel_phase);
     if (cfg_.mask_override >= 0) m = cfg_.mask_override;   // RAS re-applies its override after every init
     if (m & abi::ev_kernel_phase) m |= abi::ev_kernel_ch;  // 2.31: KernelPhase implies KernelCh
     store_mask(m);
@@ -86,6 +94,8 @@ class comm_driver {
   int mask() const noexcept { return load_mask(); }
   int abi_version() const noexcept { return abi_; }
   const comm_config& config() const noexcept { return cfg_; }
+  /// The behaviours this communicator reproduces (its release driving the loaded table).
+  nccl_profile profile() const noexcept { return prof_; }
   /// Next seqNumber NCCL would give `f` on this communicator.
   std::uint64_t next_seq(nccl_func f) const noexcept { return seq_.coll[int(f)]; }
 
@@ -100,17 +110,17 @@ class comm_driver {
     const bool grouped = user_group < 0 ? ops.size() > 1 : user_group != 0;
     visit([&](const auto& e) {
       constexpr int V = std::remove_cvref_t<decltype(e)>::version;
-      detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll()).run(ops, out, grouped);
+      detail::enqueue_sequence<V>(e, seq_).run(ops, out, grouped);
     });
     // An eager launch resets planner.persistent (proxy.cc SaveProxyProfiler then stops advancing the
     // host work counter at replays); a Broadcast starts the 2.31 counter drift.
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].kind != op_kind::ce_coll && !out[i].one_rank) persistent_.store(false, std::memory_order_relaxed);
-      if (cfg_.release && cfg_.release->broadcast_drift && ops[i].func == nccl_func::broadcast)
+      if (ops[i].kind != op_kind::ce_coll && !out[i].no_task) persistent_.store(false, std::memory_order_relaxed);
+      if (prof_.has(nccl_behaviour::broadcast_counter_drift) && ops[i].func == nccl_func::broadcast)
         drift_.store(true, std::memory_order_relaxed);
     }
     mark_release_effects(out.first(ops.size()));
-    number_works(out.first(ops.size()));
+    rings_.number(out.first(ops.size()), prof_.has(nccl_behaviour::self_p2p_shifts_counter));
   }
 
   /// cudaStreamBeginCapture .. EndCapture around the API calls `ops` (one group): NCCL emits the API events
@@ -127,7 +137,7 @@ class comm_driver {
     const std::span<const op_desc> captured(g.ops, g.n);
     visit([&](const auto& e) {
       constexpr int V = std::remove_cvref_t<decltype(e)>::version;
-      detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll(), detail::enqueue_mode::capture, &g)
+      detail::enqueue_sequence<V>(e, seq_, detail::enqueue_mode::capture, &g)
           .run(captured, std::span<pending_op>(scratch, g.n), g.n > 1);
     });
     persistent_.store(true, std::memory_order_relaxed);
@@ -139,15 +149,14 @@ class comm_driver {
     if (!live() || g.n == 0 || out.size() < g.n) return;
     visit([&](const auto& e) {
       constexpr int V = std::remove_cvref_t<decltype(e)>::version;
-      detail::enqueue_sequence<V>(e, seq_, broadcast_emits_coll(), detail::enqueue_mode::replay,
-                                  const_cast<captured_graph*>(&g))
+      detail::enqueue_sequence<V>(e, seq_, detail::enqueue_mode::replay, const_cast<captured_graph*>(&g))
           .run(std::span<const op_desc>(g.ops, g.n), out, g.n > 1);
     });
-    const bool desync = cfg_.release && cfg_.release->replay_counter_desync && !persistent_.load();
+    const bool desync = prof_.has(nccl_behaviour::replay_counter_desync) && !persistent_.load();
     for (std::size_t i = 0; i < g.n; ++i)
       if (desync && out[i].kind != op_kind::ce_coll) out[i].stale_timestamps = true;
     mark_release_effects(out.first(g.n));
-    number_works(out.first(g.n));
+    rings_.number(out.first(g.n), prof_.has(nccl_behaviour::self_p2p_shifts_counter));
   }
   pending_op enqueue(const op_desc& op) {
     pending_op p;
@@ -160,7 +169,7 @@ class comm_driver {
   void complete(const pending_op& p, std::span<const kernel_time> t) {
     if (!active_ || t.empty() || lib_->unloaded()) return;
     kernel_time seen[detail::max_timed_channels];
-    const auto sent = device_ring(p, t, seen);
+    const auto sent = rings_.carried(p, t, seen);
     visit([&](const auto& e) { detail::complete_channels(e, p, sent, true, last_kch_); });
   }
   void complete(const pending_op& p, std::uint64_t start_ns, std::uint64_t stop_ns) {
@@ -187,7 +196,7 @@ class comm_driver {
       sent[i] = ops[i];
       if (!ops[i].kernel.empty()) {
         bool at_once = false;
-        const auto carried = device_ring(*ops[i].op, ops[i].kernel, seen[i], &at_once);
+        const auto carried = rings_.carried(*ops[i].op, ops[i].kernel, seen[i], &at_once);
         if (carried.data() != ops[i].kernel.data()) sent[i].sent = carried;  // events keep their times
         if (at_once) {  // a shifted op's slot was written long ago: its KernelCh come as it starts
           const std::size_t nch = std::min<std::size_t>(ops[i].op->n_channels, detail::max_timed_channels);
@@ -202,20 +211,11 @@ class comm_driver {
     visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(sent, n), wait); });
   }
 
-  /// The device side of the 64-slot work rings (src/include/device.h struct ncclDevProfiler: workStarted
-  /// and workCompleted, {counter, timestamp} per slot, written by the kernel's profiler() in
-  /// src/device/common.h): op `p`'s work started on each of its channels at `t[i].start_ns`, stamping
-  /// slot (dev_work % 64) of workStarted, and, if `ended`, finished at `t[i].stop_ns` (workCompleted).
-  /// No events. A self P2P up to 2.31.0a has a device number and no host one: run it too.
+  /// The device side of the 64-slot work rings (work_rings.hpp): op `p`'s work started on each of its
+  /// channels at `t[i].start_ns` and, if `ended`, finished at `t[i].stop_ns`. No events. A self P2P up
+  /// to 2.31.0a has a device number and no host one: run it too.
   void device_run(const pending_op& p, std::span<const kernel_time> t, bool ended = true) noexcept {
-    if (!p.dev_work || t.empty()) return;
-    const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
-    for (std::size_t i = 0; i < n; ++i) {
-      const kernel_time own = t[std::min(i, t.size() - 1)];
-      const std::size_t at = ring_index(p.channel_lo + i, p.dev_work);
-      dev_started_[at] = {p.dev_work, own.start_ns};
-      if (ended) dev_completed_[at] = {p.dev_work, own.stop_ns};
-    }
+    rings_.device_run(p, t, ended);
   }
   /// Grouped same-function ops on one channel run as one work batch: the kernel's profiler()
   /// (src/device/common.h) stamps every profiled work of the batch with the batch's start and end.
@@ -232,11 +232,7 @@ class comm_driver {
     if (!active_ || lib_->unloaded() || !p.work) return false;
     const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
     kernel_time sent[detail::max_timed_channels];
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t at = ring_index(p.channel_lo + i, p.work);
-      if (dev_started_[at].counter < p.work || dev_completed_[at].counter < p.work) return false;
-      sent[i] = {dev_started_[at].timestamp, dev_completed_[at].timestamp};
-    }
+    if (!rings_.read(p, sent)) return false;
     visit([&](const auto& e) {
       detail::complete_channels(e, p, std::span<const kernel_time>(sent, n), true, last_kch_);
     });
@@ -255,7 +251,7 @@ class comm_driver {
   /// whatever handle that channel's last op had. No-op where the release guards it (PR #2221).
   void stale_kernel_ch_stop(const pending_op& p, std::uint64_t stop_ns) {
     if (!active_ || lib_->unloaded() || !last_kch_[p.channel_lo % detail::max_timed_channels]) return;
-    if (cfg_.release && !cfg_.release->stale_kernel_ch_stop) return;
+    if (prof_.has(nccl_behaviour::kernel_ch_stop_guarded)) return;
     void* h = last_kch_[p.channel_lo % detail::max_timed_channels];
     visit([&](const auto& e) { e.kernel_ch_stop(h, stop_ns); });
   }
@@ -305,7 +301,7 @@ class comm_driver {
   void visit_with(void* ctx, F&& f) const {
     abi::with_abi(abi_, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      f(detail::emitter<V>{lib_->table<V>(), ctx, cfg_});
+      f(detail::emitter<V>{lib_->table<V>(), ctx, cfg_, prof_});
     });
   }
   template <class F>
@@ -322,122 +318,18 @@ class comm_driver {
       if (p.kernel_events && p.func != nccl_func::broadcast) p.drifted = true;
   }
 
-  /// The timestamps the KernelCh events of `p` carry: the op's own (`t`, per channel), or, where the
-  /// release reads another work's device-ring slot, the channel's previous work's (0 where none: NCCL
-  /// then has no timestamp) or, with the 2.31 drift, the op's start and the previous work's end.
-  /// A `shifted` op reads the slot of its host number (`work`) before its own work runs: once the
-  /// channel ran uncounted works, that slot was written long ago, by the work that many places earlier
-  /// (or, 64 or more behind, by the newest work to reuse the slot), so its KernelCh come at once with
-  /// those stamps (`*at_once`; the previous work's stamps if the caller never ran that slot's work).
-  /// Then the op's work runs: its stamps go to the slot of its device number (`dev_work`), where a
-  /// later reader finds them. Keeps the last real work per channel (proxy thread only). Returns `t`
-  /// itself when nothing changes.
-  std::span<const kernel_time> device_ring(const pending_op& p, std::span<const kernel_time> t, kernel_time* out,
-                                           bool* at_once = nullptr) noexcept {
-    const std::size_t n = std::min<std::size_t>(p.n_channels, detail::max_timed_channels);
-    const bool changed = p.stale_timestamps || p.drifted || p.shifted;
-    bool read_at_once = p.shifted && n > 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const kernel_time own = t[std::min(i, t.size() - 1)];
-      kernel_time& prev = ring_[(p.channel_lo + i) % detail::max_timed_channels];
-      if (p.shifted) {
-        const std::size_t at = ring_index(p.channel_lo + i, p.work);
-        const bool written = dev_started_[at].counter >= p.work && dev_completed_[at].counter >= p.work;
-        out[i] = written ? kernel_time{dev_started_[at].timestamp, dev_completed_[at].timestamp} : prev;
-        read_at_once &= written;
-        prev = own;
-      } else if (p.stale_timestamps) {
-        out[i] = prev;
-      } else if (p.drifted) {
-        out[i] = {own.start_ns, prev.stop_ns};
-        prev = own;
-      } else {
-        out[i] = own;
-        prev = own;
-      }
-      if (p.dev_work) {  // the kernel stamps its work's slots
-        const std::size_t at = ring_index(p.channel_lo + i, p.dev_work);
-        dev_started_[at] = {p.dev_work, own.start_ns};
-        dev_completed_[at] = {p.dev_work, own.stop_ns};
-      }
-    }
-    if (at_once) *at_once = read_at_once;
-    if (!changed || n == 0) return t;
-    return {out, n};
-  }
-
-  /// Numbers the works of one launch in plan order (pending_op::plan_pos), per channel, twice: as the
-  /// host counts them (`work`: ops with KernelCh children; proxy.cc incWorkCounter / 2.31.2
-  /// ncclProfilerPostPlanWork) and as the device does (`dev_work`: every work the kernel runs, and so
-  /// also a self P2P's where the release says the host skips it, silent replays included). The Send and
-  /// Recv of one pair are one work per channel over the larger channel count. An op's channels are
-  /// numbered by its first channel's counters: exact where the ops of a communicator use the same or
-  /// disjoint channel ranges (every workload here). `shifted`: one of its channels is behind.
-  void number_works(std::span<pending_op> out) noexcept {
-    constexpr std::size_t nch_max = detail::max_timed_channels;
-    const bool self_shifts = cfg_.release && cfg_.release->self_p2p_shifts_counter;
-    std::uint16_t order[256];
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < out.size() && n < std::size(order); ++i)
-      if (out[i].plan_pos != 0xFFFF) order[n++] = std::uint16_t(i);
-    std::sort(order, order + n, [&](std::uint16_t a, std::uint16_t b) { return out[a].plan_pos < out[b].plan_pos; });
-    for (std::size_t j = 0; j < n; ++j) {
-      pending_op& p = out[order[j]];
-      pending_op* second = j + 1 < n && out[order[j + 1]].pair_second ? &out[order[j + 1]] : nullptr;
-      const bool host = (p.kernel_events && p.n_channels) || (second && second->kernel_events && second->n_channels);
-      const bool self = p.self_p2p && self_shifts;
-      const std::size_t nch =
-          std::min<std::size_t>(std::max(p.n_channels, second ? second->n_channels : std::uint8_t(0)), nch_max);
-      if ((host || self) && nch > 0) {
-        bool behind = false;
-        for (std::size_t i = 0; i < nch; ++i) {
-          const std::size_t c = (p.channel_lo + i) % nch_max;
-          behind |= dev_work_[c] != host_work_[c];
-          if (host) ++host_work_[c];
-          ++dev_work_[c];
-        }
-        const std::size_t c0 = p.channel_lo % nch_max;
-        p.work = host ? host_work_[c0] : 0;
-        p.dev_work = dev_work_[c0];
-        p.shifted = host && behind;
-      }
-      if (second) {
-        second->work = p.work;
-        second->dev_work = p.dev_work;
-        second->shifted = p.shifted;
-        ++j;
-      }
-    }
-  }
-  static std::size_t ring_index(std::size_t channel, std::uint64_t work) noexcept {
-    return (channel % detail::max_timed_channels) * device_ring_slots + work % device_ring_slots;
-  }
-
-  bool broadcast_emits_coll() const noexcept {
-    if (cfg_.broadcast_coll >= 0) return cfg_.broadcast_coll != 0;
-    return abi_ <= 5 && !cfg_.shim_quirks;
-  }
-
   const plugin_library* lib_;
   comm_config cfg_;
   int abi_ = 0;
+  nccl_profile prof_;
   void* context_ = nullptr;
   abi::result_t init_result_ = abi::internal_error;
   bool active_ = false;
   detail::seq_counters seq_;
-  std::atomic<bool> persistent_{false};  ///< planner.persistent: set by a capture, reset by an eager launch
-  std::atomic<bool> drift_{false};       ///< 2.31: a Broadcast shifted the device counters
-  kernel_time ring_[detail::max_timed_channels] = {};   ///< last real work per channel (proxy thread)
-  void* last_kch_[detail::max_timed_channels] = {};     ///< last KernelCh handle per channel (proxy thread)
-  static constexpr std::size_t device_ring_slots = 64;  ///< device.h MAX_PROFILER_EVENTS_PER_CHANNEL
-  struct ring_slot {
-    std::uint64_t counter = 0;
-    std::uint64_t timestamp = 0;
-  };
-  std::uint64_t host_work_[detail::max_timed_channels] = {};  ///< works the host counted per channel (enqueue side)
-  std::uint64_t dev_work_[detail::max_timed_channels] = {};   ///< works the device ran per channel (enqueue side)
-  std::unique_ptr<ring_slot[]> dev_started_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
-  std::unique_ptr<ring_slot[]> dev_completed_{new ring_slot[detail::max_timed_channels * device_ring_slots]};
+  std::atomic<bool> persistent_{false};              ///< planner.persistent: set by a capture, reset by an eager launch
+  std::atomic<bool> drift_{false};                   ///< 2.31: a Broadcast shifted the device counters
+  void* last_kch_[detail::max_timed_channels] = {};  ///< last KernelCh handle per channel (proxy thread)
+  detail::work_rings rings_;
 };
 
 }  // namespace ncclinsp::sim

@@ -26,7 +26,7 @@ void proxy_ops_for_channel(const emitter<V>& e, const pending_op& p, std::uint8_
                                      ? p.bytes / (std::size_t(p.n_channels) * std::size_t(cfg.proxy_steps))
                                      : p.bytes;
     for (int s = 0; s < cfg.proxy_steps; ++s) {
-      if (!(p.mask & gate::proxy_step) || (V == 4 && !op_h)) continue;
+      if (!(p.mask & gate::proxy_step) || (e.prof.has(nccl_behaviour::proxy_step_needs_op) && !op_h)) continue;
       void* st = is_send ? e.proxy_step(d, op_h, cfg.rank, s) : e.proxy_step_restarted(d, op_h, cfg.rank, s);
       abi::state_args a{};
       a.proxyStep.transSize = per_step;

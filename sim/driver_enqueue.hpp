@@ -5,8 +5,10 @@
 /// Group with the Coll/P2p tasks in plan order → CE collectives → GroupApi stop.
 /// Thread-safety: runs on the rank's user thread; touches only the caller's sequence counters.
 
+#include "driver_ce.hpp"
 #include "driver_types.hpp"
 #include "event_emitter.hpp"
+#include "kernel_plans.hpp"
 #include "nccl_vocab.hpp"
 
 #include <algorithm>
@@ -25,20 +27,22 @@ struct seq_counters {
   std::uint64_t ce = 0;
 };
 
-/// What one `enqueue_sequence::run` reproduces: an eager API call; a CUDA-graph capture (the API
-/// events and the captured kernel launch only: the plan's host callback is recorded into the graph,
-/// hostStreamPlanCallback); a graph replay (that callback running: Group, Coll/P2p with new seqNumbers,
-/// parentObj the capture's CollApi/P2pApi handle, no API events).
-enum class enqueue_mode : std::uint8_t { eager, capture, replay };
-
 template <int V>
 class enqueue_sequence {
  public:
   using descr = typename emitter<V>::descr;
 
-  enqueue_sequence(const emitter<V>& e, seq_counters& seq, bool broadcast_coll, enqueue_mode mode = enqueue_mode::eager,
+  enqueue_sequence(const emitter<V>& e, seq_counters& seq, enqueue_mode mode = enqueue_mode::eager,
                    captured_graph* graph = nullptr)
-      : e_(e), cfg_(e.cfg), seq_(seq), bcast_coll_(broadcast_coll), mask_(load_mask()), mode_(mode), graph_(graph) {}
+      : e_(e),
+        cfg_(e.cfg),
+        prof_(e.prof),
+        seq_(seq),
+        bcast_coll_(cfg_.broadcast_coll >= 0 ? cfg_.broadcast_coll != 0
+                                             : !prof_.has(nccl_behaviour::broadcast_no_coll)),
+        mask_(load_mask()),
+        mode_(mode),
+        graph_(graph) {}
 
   void run(std::span<const op_desc> ops, std::span<pending_op> out, bool grouped) {
     const bool replay = mode_ == enqueue_mode::replay;
@@ -46,8 +50,8 @@ class enqueue_sequence {
     std::uint8_t cursor = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       prepare(ops[i], out[i], cursor);
-      // taskAppend: a one-rank collective becomes ncclLaunchOneRank before any profiler call.
-      if (out[i].one_rank) continue;
+      // taskAppend returned before any profiler call (pending_op::no_task).
+      if (out[i].no_task) continue;
       if (replay) {
         out[i].api_handle = graph_ && i < graph_->n ? graph_->api_handles[i] : nullptr;  // stale by now
       } else {
@@ -59,10 +63,10 @@ class enqueue_sequence {
         if (graph_ && i < max_graph_ops) graph_->api_handles[i] = out[i].api_handle;
       }
     }
-    if (!replay && !api_open) return;  // only one-rank collectives: no profiler call at all
+    if (!replay && !api_open) return;  // only ops without a task: no profiler call at all
     if constexpr (V >= 5)
       if (!replay) e_.record(group_api_, abi::st_group_end_api_start, e_.no_args(scratch_));
-    const plan_list plans = schedule(ops, out);
+    const plan_list plans = schedule_plans(ops, out, cfg_, prof_, mode_, graph_);
     for (std::uint8_t k = 0; k < plans.n; ++k) {
       // ncclLaunchKernel (KernelLaunch), then ncclLaunchKernelAfter_NoCuda runs hostStreamPlanTask at once
       // unless ncclLaunchPrepare gave the plan a host callback: under capture, a plan with proxy ops only.
@@ -74,124 +78,12 @@ class enqueue_sequence {
       for (std::size_t i = 0; i < ops.size(); ++i)
         if (!out[i].plan_has_proxy) out[i].kernel_events = false;
     if constexpr (V >= 6)
-      if (mode_ == enqueue_mode::eager) ce_collectives(ops, out);
+      if (mode_ == enqueue_mode::eager) ce_collectives(e_, ops, out, mask_, seq_.ce);
     if constexpr (V >= 5)
       if (!replay) e_.stop(group_api_);
   }
 
  private:
-  /// One group's kernel plans (enqueue.cc ncclLaunchPrepare): collectives first (scheduleCollTasksToPlan),
-  /// then P2P in p2pSchedule order (scheduleP2pTasksToPlan), a new plan when the next send/recv pair would
-  /// not fit the plan's kernel arguments (testBudget). `order` lists the ops of every plan in the order
-  /// their Coll/P2p events come.
-  static constexpr std::size_t max_plan_ops = 256;  ///< ops of one group beyond this are not planned
-  static constexpr std::uint8_t no_plan = 0xFF;
-  struct plan_list {
-    std::uint8_t n = 0;
-    std::uint8_t plan_of[max_plan_ops];
-    std::uint16_t order[max_plan_ops];
-    std::size_t n_order = 0;
-    bool has_proxy[no_plan] = {};
-  };
-  /// device.h ncclMaxKernelArgsSize (4 KiB) less sizeof(ncclDevKernelArgs) (32), in 16-byte
-  /// ncclDevWorkBatch: a plan holds at most 254 work batches. A send/recv pair reserves one batch per
-  /// channel (testBudget(nWorkBatches + nChannelsMax)) and adds a new one per channel when its round is
-  /// already in the channel's batch (always for self pairs, which all run in round 0), else it may share
-  /// one (addWorkBatchToPlan: up to 8 rounds per batch). Counted here as a new batch per channel for every
-  /// pair: exact for self pairs (NCCL 2.28.9: 3 self pairs of 64 channels per plan,
-  /// tests/traces/nccl-2.28.9-h200-onerank-cases.trace), an upper bound otherwise.
-  static constexpr int plan_batches = (4096 - 32) / 16;
-
-  plan_list schedule(std::span<const op_desc> ops, std::span<pending_op> out) const {
-    plan_list pl;
-    std::memset(pl.plan_of, no_plan, sizeof pl.plan_of);
-    const std::size_t n = std::min(ops.size(), max_plan_ops);
-    int batches = 0;
-    bool any = false;
-    // Collectives (not the CE ones, which are no kernel plan): all in the first plan.
-    for (std::size_t i = 0; i < n; ++i) {
-      if (ops[i].kind != op_kind::coll || out[i].one_rank) continue;
-      pl.plan_of[i] = 0;
-      pl.order[pl.n_order++] = std::uint16_t(i);
-      batches += out[i].n_channels;
-      any = true;
-    }
-    // P2P: pass k of the while loop, round r takes the k-th send to (rank + r) and the k-th recv from
-    // (rank - r) (comm->p2pSchedule, here without the node grouping of init.cc).
-    std::uint32_t key[max_plan_ops];
-    std::uint16_t p2p[max_plan_ops];
-    std::size_t np = 0;
-    const int nr = cfg_.n_ranks > 0 ? cfg_.n_ranks : 1;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (ops[i].kind != op_kind::p2p) continue;
-      const bool send = ops[i].func != nccl_func::recv;
-      const int peer = ops[i].peer < 0 ? 0 : ops[i].peer % nr;
-      const int round = ops[i].p2p_round >= 0 ? ops[i].p2p_round
-                        : send                ? (peer - cfg_.rank + nr) % nr
-                                              : (cfg_.rank - peer + nr) % nr;
-      std::uint32_t pass = 0;
-      for (std::size_t j = 0; j < np; ++j) {
-        const op_desc& o = ops[p2p[j]];
-        if ((o.func != nccl_func::recv) == send && o.peer == ops[i].peer) ++pass;
-      }
-      key[np] = pass << 17 | std::uint32_t(round) << 1 | (send ? 0u : 1u);
-      p2p[np++] = std::uint16_t(i);
-    }
-    for (std::size_t a = 1; a < np; ++a)  // stable: by (pass, round), the send before the recv
-      for (std::size_t b = a; b > 0 && key[b - 1] > key[b]; --b) {
-        std::swap(key[b - 1], key[b]);
-        std::swap(p2p[b - 1], p2p[b]);
-      }
-    std::uint8_t plan = 0;
-    for (std::size_t a = 0; a < np;) {
-      std::size_t b = a + 1;  // one addP2pToPlan: the send and the recv of one (pass, round)
-      if (b < np && (key[b] >> 1) == (key[a] >> 1)) ++b;
-      // scheduleP2pTasksToPlan skips a send/recv pair to itself in place (P2pApi only, no P2p).
-      if (b == a + 2 && out[p2p[a]].self_p2p && ops[p2p[a]].send_buff &&
-          ops[p2p[a]].send_buff == static_cast<const void*>(ops[p2p[a + 1]].recv_buff)) {
-        a = b;
-        continue;
-      }
-      int nch = 0;
-      for (std::size_t j = a; j < b; ++j) nch = std::max<int>(nch, out[p2p[j]].n_channels);
-      if (any && batches + nch > plan_batches && plan + 1 < no_plan) {
-        ++plan;
-        batches = 0;
-      }
-      batches += nch;
-      any = true;
-      for (std::size_t j = a; j < b; ++j) {
-        pl.plan_of[p2p[j]] = plan;
-        pl.order[pl.n_order++] = p2p[j];
-        out[p2p[j]].pair_second = j > a;  // addP2pToPlan: one work per channel for the send and the recv
-      }
-      a = b;
-    }
-    pl.n = any ? std::uint8_t(plan + 1) : 0;
-    // A plan has proxy ops when one of its tasks has: a network connection, or a profiler proxy op
-    // (addProfilerProxyOpIfNeeded: ncclProfilerNeedsProxy, KernelCh in the task's mask; none for a self P2P).
-    // 2.31.2 also gives a host callback to a plan with profiler ops (hasProfilerOps: a task with KernelCh
-    // in its mask, a self P2P included). A replay runs what the capture recorded: the host callbacks of
-    // the plans that had them then.
-    const bool profiler_ops = cfg_.release && cfg_.release->host_callback_for_profiler_ops;
-    for (std::size_t j = 0; j < pl.n_order; ++j) {
-      const std::size_t i = pl.order[j];
-      const pending_op& p = out[i];
-      const bool kch = p.kernel_events && (p.mask & abi::ev_kernel_ch);
-      const bool proxy = mode_ == enqueue_mode::replay ? graph_ && i < max_graph_ops && graph_->host_callback[i]
-                                                       : (!p.self_p2p && (p.network || kch)) || (profiler_ops && kch);
-      if (proxy) pl.has_proxy[pl.plan_of[i]] = true;
-      out[i].plan_pos = std::uint16_t(j);
-    }
-    for (std::size_t j = 0; j < pl.n_order; ++j) {
-      const std::size_t i = pl.order[j];
-      out[i].plan_has_proxy = pl.has_proxy[pl.plan_of[i]];
-      if (mode_ == enqueue_mode::capture && graph_ && i < max_graph_ops)
-        graph_->host_callback[i] = out[i].plan_has_proxy;
-    }
-    return pl;
-  }
-
   /// ncclGroupStart (v5+): GroupApi start and its GroupStartApiStop state.
   void open_group_api(const op_desc& first, bool grouped) {
     if constexpr (V >= 5) {
@@ -231,7 +123,8 @@ class enqueue_sequence {
         cursor = std::uint8_t(cursor + op.n_channels);
       }
     }
-    p.one_rank = cfg_.n_ranks == 1 && op.kind != op_kind::p2p;
+    // taskAppend: a one-rank collective runs as ncclLaunchOneRank (nccl_behaviour::one_rank_silent).
+    p.no_task = op.kind != op_kind::p2p && cfg_.n_ranks == 1;
     p.self_p2p = op.kind == op_kind::p2p && op.peer == cfg_.rank;
     if (op.kind == op_kind::p2p) {  // a self pair runs in round 0, whose base is reverseBits(0) = 0
       p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)
@@ -239,27 +132,26 @@ class enqueue_sequence {
                                         : std::uint8_t(1 + ((op.peer < 0 ? 0 : op.peer) % 8) * 2);
     }
     if (p.self_p2p) p.network = false;  // a copy inside the rank's own kernel
-    if (op.kind == op_kind::coll && !p.one_rank) (void)coll_channels(op, p);
+    if (op.kind == op_kind::coll && !p.no_task) (void)coll_channels(op, p);
     // KernelCh for a self P2P only where ncclProfilerPostPlanWork posts them (2.31.2).
-    if (op.kind == op_kind::p2p) p.kernel_events = !p.self_p2p || (cfg_.release && cfg_.release->self_p2p_kernel_ch);
+    if (op.kind == op_kind::p2p) p.kernel_events = !p.self_p2p || prof_.has(nccl_behaviour::self_p2p_kernel_ch);
   }
 
   /// A collective's KernelCh children (`p.kernel_events`) and the channel count its Coll announces, as the
   /// release plans it; -1: no Coll event at all.
   int coll_channels(const op_desc& op, pending_op& p) const {
-    const nccl_release* rel = cfg_.release;
     p.kernel_events = false;
     if (op.func == nccl_func::broadcast && !bcast_coll_) return -1;  // no Coll, no KernelCh (NVIDIA/nccl #2278)
     // Before 2.31.2 ncclSymmetricTaskScheduler frees symmetric tasks: no Coll, no KernelCh.
-    if (rel && op.symmetric && !rel->sym_visible) return -1;
+    if (op.symmetric && prof_.has(nccl_behaviour::symmetric_invisible)) return -1;
     int announced = op.n_channels;
     p.kernel_events = true;
-    if (rel && op.collnet && rel->collnet_zero_channels) announced = 0;  // KernelCh still come, on n_channels
-    if (rel && op.symmetric && op.sym_tail && rel->sym_head_only) {
+    if (op.collnet && prof_.has(nccl_behaviour::collnet_zero_channels)) announced = 0;  // KernelCh still come
+    if (op.symmetric && op.sym_tail && prof_.has(nccl_behaviour::sym_head_only)) {
       announced = 0;  // only the plan's head task gets KernelCh
       p.kernel_events = false;
     }
-    if (rel && op.symmetric && p.replay && rel->captured_sym_no_kernel_ch)
+    if (op.symmetric && p.replay && prof_.has(nccl_behaviour::captured_sym_no_kernel_ch))
       p.kernel_events = false;  // the uninstrumented kernel runs under capture; channels announced anyway
     return announced;
   }
@@ -317,8 +209,8 @@ class enqueue_sequence {
       d_.type = abi::ev_group;
       group = e_.start(d_);
     }
-    // v4 native (2.27) starts task events only under a non-NULL Group handle; the later shim does not check.
-    const bool tasks_allowed = V >= 5 || group != nullptr || cfg_.shim_quirks;
+    // 2.27 starts task events only under a non-NULL Group handle; later releases do not check.
+    const bool tasks_allowed = group != nullptr || !prof_.has(nccl_behaviour::task_needs_group);
     for (std::size_t j = 0; j < plans.n_order; ++j) {
       const std::size_t i = plans.order[j];
       if (plans.plan_of[i] != k) continue;
@@ -390,7 +282,7 @@ class enqueue_sequence {
     d_.p2p.peer = op.peer;
     if constexpr (V == 4) {
       d_.parentObj = group;
-      if (!cfg_.shim_quirks) d_.p2p.nChannels = op.n_channels;  // the v4 shim forgets to copy it
+      if (!prof_.has(nccl_behaviour::shim_p2p_no_channels)) d_.p2p.nChannels = op.n_channels;
     } else {
       d_.p2p.nChannels = op.n_channels;
       d_.parentObj = p.api_handle;
@@ -398,54 +290,6 @@ class enqueue_sequence {
     }
     if constexpr (V >= 7) d_.p2p.userTag = op.user_tag;
     p.task_handle = e_.start(d_);
-  }
-
-  /// CE collectives (v6+): CollApi → CeColl (→ CeSync, CeBatch); never Coll/KernelCh.
-  void ce_collectives(std::span<const op_desc> ops, std::span<pending_op> out) {
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const op_desc& op = ops[i];
-      pending_op& p = out[i];
-      if (op.kind != op_kind::ce_coll) continue;
-      p.seq = seq_.ce++;
-      if (!(mask_ & gate::ce_coll)) continue;
-      e_.clear(d_);
-      d_.type = abi::ev_ce_coll;
-      d_.parentObj = p.api_handle;
-      d_.rank = cfg_.rank;
-      d_.ceColl.seqNumber = p.seq;
-      d_.ceColl.func = func_name(op.func);
-      d_.ceColl.sendBuff = op.send_buff;
-      d_.ceColl.recvBuff = op.recv_buff;
-      d_.ceColl.count = op.count;
-      d_.ceColl.root = op.root;
-      d_.ceColl.datatype = dtype_name(op.dtype);
-      d_.ceColl.syncStrategy = "UC";
-      d_.ceColl.ceSeqNum = std::uint32_t(p.seq);
-      d_.ceColl.stream = op.stream;
-      if constexpr (V >= 7) d_.ceColl.userTag = op.user_tag;
-      p.ce_handle = e_.start(d_);
-      const int peers = cfg_.n_ranks > 1 ? cfg_.n_ranks - 1 : 1;
-      if (p.ce_handle && (mask_ & abi::ev_ce_sync)) {
-        e_.clear(d_);
-        d_.type = abi::ev_ce_sync;
-        d_.parentObj = p.ce_handle;
-        d_.rank = cfg_.rank;
-        d_.ceCollSync.isComplete = false;
-        d_.ceCollSync.nRanks = cfg_.n_ranks;
-        e_.stop(e_.start(d_));
-      }
-      if (p.ce_handle && (mask_ & abi::ev_ce_batch)) {
-        e_.clear(d_);
-        d_.type = abi::ev_ce_batch;
-        d_.parentObj = p.ce_handle;
-        d_.rank = cfg_.rank;
-        d_.ceCollBatch.numOps = peers;
-        d_.ceCollBatch.totalBytes = p.bytes * std::size_t(peers);
-        d_.ceCollBatch.useIntraSync = false;
-        e_.stop(e_.start(d_));
-      }
-      e_.stop(p.ce_handle);
-    }
   }
 
   /// v7 symmetric kernels report the kernel name's text after the first '_' as the algorithm.
@@ -456,6 +300,7 @@ class enqueue_sequence {
 
   const emitter<V>& e_;
   const comm_config& cfg_;
+  const nccl_profile prof_;
   seq_counters& seq_;
   const bool bcast_coll_;
   const int mask_;  ///< ncclProfilerApiState.eActivationMask snapshot at the API call

@@ -128,13 +128,14 @@ class timed_emitter {
     return start ? k.start_ns : k.stop_ns;
   }
 
-  /// ProxyStep start + first state, later states, stop. NCCL starts ProxySteps even under a NULL ProxyOp
-  /// handle (parentObj NULL) but records their states only under a non-NULL one.
+  /// ProxyStep start + first state, later states, stop. NCCL 2.28+ starts ProxySteps even under a NULL
+  /// ProxyOp handle (parentObj NULL) but records their states only under a non-NULL one; 2.27 starts
+  /// none there (nccl_behaviour::proxy_step_needs_op).
   void proxy_step(const pending_op& p, const timed_event& x) {
     const proxy_plan& pl = ops_[x.op].proxies[x.idx];
     void* const op_h = pop_[x.op][x.idx];
     void*& sh = step_[x.op][x.idx][x.step];
-    if (!(p.mask & gate::proxy_step) || (V == 4 && !op_h)) return;
+    if (!(p.mask & gate::proxy_step) || (e_.prof.has(nccl_behaviour::proxy_step_needs_op) && !op_h)) return;
     abi::state_args a{};
     // NCCL records sub->transSize, which is set when a step's isend is posted (send) or its data
     // arrives (recv): the earlier states of a step still carry the previous step's size.

@@ -64,9 +64,9 @@ struct pending_op {
   /// ProxyOp (enqueue.cc addP2pToPlan gives a self send no proxy op; proxy.cc ncclProxySaveOp returns
   /// early for op->root == comm->rank).
   bool self_p2p = false;
-  /// A collective on a one-rank communicator: enqueue.cc taskAppend runs ncclLaunchOneRank before any
-  /// profiler call, so NCCL emitted nothing for it.
-  bool one_rank = false;
+  /// enqueue.cc taskAppend returned before any profiler call: NCCL issued no task and emitted nothing
+  /// for it (enqueue_sequence::prepare says when: the rows of nccl_behaviours.hpp it reproduces).
+  bool no_task = false;
   bool symmetric = false;
   bool network = false;  ///< the communicator spans nodes: ProxyOps exist
   std::uint8_t channel_lo = 0;
@@ -89,7 +89,7 @@ struct pending_op {
   /// sub->base, the slot its KernelCh read), 1-based; 0: none. The Send and Recv of one pair share it.
   std::uint64_t work = 0;
   /// The number the device gives the same work (the slot it stamps); differs from `work` once the
-  /// channel ran works the host did not count (a self P2P up to 2.31.0a: nccl_release::self_p2p_shifts_counter).
+  /// channel ran works the host did not count (a self P2P up to 2.31.0a: nccl_behaviour::self_p2p_shifts_counter).
   std::uint64_t dev_work = 0;
   /// One of its channels ran such works before it: its KernelCh read an earlier work's slot, delivered
   /// as soon as that slot is written (comm_driver::device_ring).
@@ -152,13 +152,15 @@ struct comm_config {
   int n_nodes = 1;
   int n_ranks = 1;
   int rank = 0;
-  int mask_override = -1;    ///< RAS override: after init, store this into the global mask (e.g. 0xFFFF)
-  bool shim_quirks = false;  ///< see the header comment
-  int broadcast_coll = -1;   ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
-  int proxy_steps = 2;       ///< ProxyStep events per ProxyOp when enabled
-  pid_t pid = ::getpid();    ///< `proxyOp.pid` for local ops
-  /// The NCCL release reproduced (nccl_release.hpp); nullptr: the simulator's historical model (newest
-  /// table, none of the release behaviours below), which default runs keep.
+  int mask_override = -1;  ///< RAS override: after init, store this into the global mask (e.g. 0xFFFF)
+  /// No release given: drive the table as the newest release does through its shim (the shim rows of
+  /// nccl_behaviours.hpp: garbage bytes, a v4 P2p without nChannels, v5 garbage args).
+  bool shim_quirks = false;
+  int broadcast_coll = -1;  ///< Broadcast emits Coll/KernelCh: -1 auto (only v4/v5 native), 0 no, 1 yes
+  int proxy_steps = 2;      ///< ProxyStep events per ProxyOp when enabled
+  pid_t pid = ::getpid();   ///< `proxyOp.pid` for local ops
+  /// The NCCL release reproduced (nccl_release.hpp); nullptr: the simulator's model, which default runs
+  /// keep (nccl_profile::of says which behaviours each reproduces).
   const nccl_release* release = nullptr;
   int recv_step_restarts = 0;  ///< a recv ProxyStep is re-started this many times (irecv gave no request)
 };

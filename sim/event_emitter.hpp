@@ -26,10 +26,11 @@ struct emitter {
   const typename ncclinsp::abi::version<V>::table* table;
   void* ctx;  ///< the plugin's context (a foreign process's for PXN)
   const comm_config& cfg;
+  nccl_profile prof;  ///< the behaviours reproduced (nccl_release.hpp): every version decision reads it
 
   /// Zeroes the descriptor; garbage (0xA5) where a newer NCCL's shim leaves bytes of an old struct unset.
   void clear(descr& d) const noexcept {
-    std::memset(static_cast<void*>(&d), (cfg.shim_quirks && V < 6) ? 0xA5 : 0, sizeof d);
+    std::memset(static_cast<void*>(&d), prof.has(nccl_behaviour::shim_garbage_bytes) ? 0xA5 : 0, sizeof d);
   }
   /// The three event calls; each is also written to the process's trace sink (`--trace`), if any.
   void* start(descr& d) const {
@@ -67,7 +68,7 @@ struct emitter {
   }
   /// Args for states NCCL sends without args (19, 23, 24): NULL natively; a garbage struct via the v5 shim.
   abi::state_args* no_args(abi::state_args& scratch) const noexcept {
-    if (V == 5 && cfg.shim_quirks) {
+    if (prof.has(nccl_behaviour::shim_garbage_args)) {
       std::memset(static_cast<void*>(&scratch), 0xA5, sizeof scratch);
       return &scratch;
     }

@@ -116,7 +116,7 @@ struct options {
   bool ce_colls = false;
   bool pxn = false;
   int mask_override = -1;
-  /// --nccl: the NCCL release reproduced (nccl_release.hpp); nullptr = the historical model (newest table).
+  /// --nccl: the NCCL release reproduced (nccl_release.hpp); nullptr = the model (nccl_profile::of).
   const nccl_release* nccl = nullptr;
   bool serving = false;   ///< --workload serving: tensor-parallel decode (sim/serving.hpp)
   bool cases = false;     ///< --workload cases: examples/nccl_wrappers --cases on one rank (sim/cases_workload.hpp)

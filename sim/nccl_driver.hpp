@@ -26,14 +26,19 @@
 ///    a group's ops form kernel plans (one KernelLaunch and Group each) split at the 4 KiB kernel-argument
 ///    budget; under capture a plan without proxy ops (2.31.2: and without profiler ops) emits its Group
 ///    and tasks at capture and nothing at its replays (ncclLaunchPrepare, ncclLaunchKernelAfter_NoCuda).
-///  * `shim_quirks`: emulate a newer NCCL driving an old plugin through its shim: union bytes not set by
-///    the shim are garbage (0xA5 here), the v4 shim forgets `p2p.nChannels`, the v4 shim does not gate
-///    Coll on the Group handle, and the v5 shim passes a non-NULL, uninitialised args pointer for 19/23/24.
+///  * a newer NCCL driving an old plugin through its shim (a release with an older `--abi`, or
+///    `comm_config::shim_quirks`): union bytes not set by the shim are garbage (0xA5 here), the v4 shim
+///    forgets `p2p.nChannels` and does not gate Coll on the Group handle, and the v5 shim passes a
+///    non-NULL, uninitialised args pointer for 19/23/24.
+/// Which of these a communicator reproduces is one profile (nccl_release.hpp `nccl_profile`), the rows of
+/// the behaviour table ncclinsp/abi/nccl_behaviours.hpp that hold for its release and table.
 ///
 /// This header is the driver's one include; the parts: nccl_vocab.hpp (NCCL enums, strings, mask gates),
-/// nccl_process.hpp (global mask, logger), plugin_library.hpp (loader), driver_types.hpp (op_desc,
-/// pending_op, comm_config), event_emitter.hpp (calls into a version's table, shared descriptors),
-/// driver_enqueue.hpp / driver_complete.hpp / driver_timed.hpp (the sequences), comm_driver.hpp.
+/// nccl_process.hpp (global mask, logger), plugin_library.hpp (loader), nccl_release.hpp (releases and
+/// profiles), driver_types.hpp (op_desc, pending_op, comm_config), event_emitter.hpp (calls into a
+/// version's table, shared descriptors), driver_enqueue.hpp / kernel_plans.hpp / driver_ce.hpp (the API
+/// side), driver_complete.hpp / driver_timed.hpp (the completion side), work_rings.hpp (device counters
+/// and stamps), comm_driver.hpp.
 ///
 /// Threading: `enqueue` runs on the rank's user thread, `complete`/`start_only`/`proxy_ctrl`/
 /// `foreign_proxy_op` on its proxy thread; both may run concurrently (they share only immutable state).

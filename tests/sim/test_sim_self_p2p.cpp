@@ -84,7 +84,7 @@ TEST_CASE("one-rank communicator: collectives emit nothing, Send/Recv to itself 
   comm_driver c(r.lib, cfg(1, 1, 0));
   r.reset();
   pending_op p = c.enqueue(allreduce());
-  CHECK(p.one_rank);
+  CHECK(p.no_task);
   c.complete(p, 1, 2);
   CHECK(r.events().empty());
   // One group {AllReduce, Send, Recv}: the GroupApi starts with the Send (no CollApi for the AllReduce).
@@ -237,7 +237,7 @@ TEST_CASE("capture: a plan without proxy ops emits at capture, its replays nothi
   CHECK(r2.events().empty());
 }
 
-// ---- The self work's device counter (nccl_release::self_p2p_shifts_counter, self_p2p_kernel_ch) ---------
+// ---- The self work's device counter (nccl_behaviour::self_p2p_shifts_counter, self_p2p_kernel_ch) -------
 
 TEST_CASE("2.31.2: Send/Recv to the rank itself gets KernelCh on its channels, never a ProxyOp", "[sim][self]") {
   using namespace abi;
@@ -278,7 +278,7 @@ TEST_CASE("up to 2.31.0a a self work shifts its channels' host counter for good"
     comm_config k = cfg(2, 4, 0);
     k.release = rel;
     comm_driver c(r.lib, k);
-    const bool shifts = rel->self_p2p_shifts_counter;
+    const bool shifts = rel->has(nccl_behaviour::self_p2p_shifts_counter);
     std::uint64_t t = 1'000'000;
     for (int i = 0; i < 3; ++i, t += 1'000'000) {
       op_desc g[] = {self_p2p(nccl_func::send, 0, 1 << 20, 4, 0x1000), self_p2p(nccl_func::recv, 0, 1 << 20, 4, 0x2000),
@@ -335,8 +335,8 @@ TEST_CASE("up to 2.31.0a silent replays of a captured self-only plan add to the 
       c.replay(g, out);
     }
     const pending_op ar = c.enqueue(allreduce(1 << 20, 4));
-    CHECK(ar.shifted == rel->self_p2p_shifts_counter);
-    CHECK(ar.work == (rel->self_p2p_shifts_counter ? 1u : 61u));
+    CHECK(ar.shifted == rel->has(nccl_behaviour::self_p2p_shifts_counter));
+    CHECK(ar.work == (rel->has(nccl_behaviour::self_p2p_shifts_counter) ? 1u : 61u));
     CHECK(ar.dev_work == 61);
   }
 }

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "ncclinsp/abi/nccl_behaviours.hpp"
 #include "ncclinsp/abi/nccl_profiler.hpp"
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/detail/host.hpp"
@@ -206,8 +207,11 @@ class plugin_state {
                                     .require_kernel_timing = opts_.require_kernel_timing,
                                     .traces = col_->options().record_traces,
                                     .pid = ::getpid(),
-                                    .stale_channel_stops = abi_version <= 6,
-                                    .self_p2p_shifts_channels = abi_version <= 6});
+                                    // What the releases that load this ABI do (abi/nccl_behaviours.hpp).
+                                    .stale_channel_stops = !abi::nccl_holds_at_abi(
+                                        abi::nccl_behaviour::kernel_ch_stop_guarded, abi_version, /*all=*/true),
+                                    .self_p2p_shifts_channels = abi::nccl_holds_at_abi(
+                                        abi::nccl_behaviour::self_p2p_shifts_counter, abi_version, /*all=*/false)});
     detector_ = std::make_unique<change_detector>(std::move(rt.detector));
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
