@@ -1,6 +1,7 @@
 #pragma once
 /// Per-communicator state of the plugin: the in-flight op slots (detail::inflight_table, shared
-/// with the embedded mode), their optional callback traces, and the proxy step pool. Data only:
+/// with the embedded mode), their optional callback traces, the proxy step pool, and the last
+/// completed ops (op_history.hpp, for the state dump). Data only:
 /// the event adapter (event_adapter.hpp) and proxy_events.hpp read and write it; comm_registry.hpp
 /// owns every comm_state, says when one may be reused, and never frees one while events may come.
 /// Thread-safety: see each struct; no lock anywhere.
@@ -18,6 +19,7 @@
 #include "ncclinsp/detail/platform.hpp"
 #include "ncclinsp/detail/slot_bitmap.hpp"
 #include "ncclinsp/model.hpp"
+#include "ncclinsp/plugin/op_history.hpp"
 
 namespace ncclinsp::plugin {
 
@@ -55,6 +57,13 @@ struct alignas(detail::cache_line) op_slot {
   bool is_ce = false;
   bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
   op_record rec;
+  // What the state dump reads of an op in flight (plugin/state_dumper.hpp), atomics only: its
+  // identity, stored once its start filled rec (op_lifecycle::publish), and which channel ids
+  // (mod 64) started and ended, one writer each (the op's channel thread).
+  std::atomic<std::uint64_t> ident{0};       // 1 << 63 (set) | seq (40 bits) | fn << 40 | channels announced << 48
+  std::atomic<std::uint64_t> ident_xfer{0};  // bytes (40 bits, capped) | (peer + 1) << 40
+  std::atomic<std::uint64_t> ch_begun{0};    // KernelCh started, per channel id mod 64
+  std::atomic<std::uint64_t> ch_ended{0};    // KernelCh recordEventState(22) seen, per channel id mod 64
 };
 
 /// proxy_step_slot::wait before the step's first transition.
@@ -154,6 +163,7 @@ struct comm_state {
   /// KernelCh starting before it names an earlier work's device-ring slot.
   std::array<std::atomic<std::uint64_t>, 64> ch_last_stop{};
   std::atomic<bool> graphs{false};  // a CUDA graph was captured on it: ch_last_stop is kept (set once)
+  op_history history;               // its last completed ops (the state dump), written by the completing threads
   proxy_table* proxy = nullptr;     // owned by the collector; null without NCCLINSP_PROXY
   std::uint32_t step_count;
   std::unique_ptr<proxy_step_slot[]> steps;
@@ -176,6 +186,7 @@ struct comm_state {
     shifted_channels.store(0, std::memory_order_relaxed);
     for (auto& t : ch_last_stop) t.store(0, std::memory_order_relaxed);
     graphs.store(false, std::memory_order_relaxed);
+    history.clear();
   }
 };
 

@@ -219,6 +219,8 @@ class event_adapter {
       reject(s, filter_reason::foreign_timestamps);
     if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
       s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    s.ch_begun.store(s.ch_begun.load(std::memory_order_relaxed) | std::uint64_t(1) << (channel & 63),
+                     std::memory_order_relaxed);  // the state dump's progress (one writer)
     if constexpr (Rare) {
       if (!gpu_start) {
         s.gpu_missing.store(true, std::memory_order_relaxed);
@@ -249,6 +251,8 @@ class event_adapter {
         return abi::success;
       s.ch_seen.store(seen | bit, std::memory_order_relaxed);
     }
+    s.ch_ended.store(s.ch_ended.load(std::memory_order_relaxed) | std::uint64_t(1) << (k.channel_id() & 63),
+                     std::memory_order_relaxed);  // the state dump's progress (one writer)
     if (gpu_stop) {
       if (gpu_stop <= s.gpu_lo.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY {
         reject(s, filter_reason::rejected_timestamps);  // ends before the op began: another work's end
@@ -321,7 +325,7 @@ class event_adapter {
         r.pro = proto::none;
       }
     }
-    *handle = ops_.handle_of(*cs, idx);
+    *handle = ops_.publish(*cs, idx);
     return abi::success;
   }
 
@@ -361,7 +365,7 @@ class event_adapter {
     r.alg = algo::none;
     r.pro = proto::none;
     if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
-    *handle = ops_.handle_of(*cs, idx);
+    *handle = ops_.publish(*cs, idx);
     return abi::success;
   }
 
@@ -384,7 +388,7 @@ class event_adapter {
     s.rec.pro = proto::none;
     if constexpr (requires { d->ceColl.userTag; }) s.rec.user_tag = d->ceColl.userTag;
     s.cpu_lo.store(detail::steady_ns(), std::memory_order_relaxed);
-    *handle = ops_.handle_of(*cs, idx);
+    *handle = ops_.publish(*cs, idx);
     return abi::success;
   }
 

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <new>
@@ -93,7 +94,8 @@ class op_lifecycle {
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
     s.ch_started.store(0, std::memory_order_relaxed);
-    for (auto* t : {&s.ch_seen, &s.ch_stop_seen}) t->store(0, std::memory_order_relaxed);
+    for (auto* t : {&s.ch_seen, &s.ch_stop_seen, &s.ch_begun, &s.ch_ended, &s.ident})
+      t->store(0, std::memory_order_relaxed);
     s.ts_reject.store(no_filter, std::memory_order_relaxed);
     s.settle = no_filter;
     s.replay = false;
@@ -107,9 +109,18 @@ class op_lifecycle {
     return idx;
   }
 
-  /// The handle NCCL gets for the op in slot `idx`.
-  void* handle_of(const comm_state& cs, std::uint32_t idx) const noexcept {
-    const op_slot& s = cs.ops[idx];
+  /// The op in slot `idx` is started and its record filled: its identity becomes readable by the
+  /// state dump (seq, function, channels, size, peer: two plain stores into the slot), and this is
+  /// the handle NCCL gets for it.
+  void* publish(comm_state& cs, std::uint32_t idx) const noexcept {
+    op_slot& s = cs.ops[idx];
+    const op_record& r = s.rec;
+    s.ident.store(ident_published | (r.seq & ident_seq_mask) | static_cast<std::uint64_t>(r.fn) << 40 |
+                      static_cast<std::uint64_t>(r.channels & 0x7FFF) << 48,
+                  std::memory_order_relaxed);
+    s.ident_xfer.store(std::min<std::uint64_t>(r.bytes_valid ? r.bytes : 0, ident_seq_mask) |
+                           static_cast<std::uint64_t>(static_cast<std::uint32_t>(r.peer + 1) & 0xFFFFFF) << 40,
+                       std::memory_order_relaxed);
     const std::uint32_t aux = !cfg_.traces && s.expected_ch && !s.is_ce ? aux_ends_at_channels : 0;
     return as_handle(encode(handle_kind::op, s.gen.load(std::memory_order_relaxed), cs.handle, idx, aux));
   }
@@ -118,14 +129,39 @@ class op_lifecycle {
   /// as GPU-timed, counted by why instead: KernelCh that cannot come (settle), KernelCh timestamps
   /// that cannot be the op's (ts_reject), a span that is the host enqueue only (copy-engine
   /// collectives, ops without channels: enqueue_only), no GPU timestamps (no_gpu_timing).
+  /// Either way the op goes into its communicator's history (op_history) for the state dump.
   NCCLINSP_OUTLINE void complete(comm_state& cs, op_slot& s, bool enqueue_only) noexcept {
     const std::uint64_t began = s.started_at.load(std::memory_order_relaxed);
     s.started_at.store(0, std::memory_order_relaxed);
+    const std::uint64_t now = detail::coarse_ns();
+    const std::uint64_t gpu_ns = publish_record(cs, s, enqueue_only, began, now);
+    cs.history.note(enqueue_only ? op_history::at_stop : op_history::by_channels, s.rec, began, now, gpu_ns);
+  }
+
+  /// Lets go of one reference; the last one frees the slot.
+  static void release(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
+    // refs only decrease after begin; reading 1 (acquire, pairs with the other holder's acq_rel
+    // decrement) means this is the last reference: no locked RMW (always without traces, where an
+    // op has one holder; with traces, when the op's stop came first).
+    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      cs.ops.release(idx);
+  }
+
+  /// op_slot::ident and ident_xfer: 40 bits of the sequence number and of the size (a larger size
+  /// is capped), and the top bit of ident set once publish() stored them.
+  static constexpr std::uint64_t ident_seq_mask = (std::uint64_t{1} << 40) - 1;
+  static constexpr std::uint64_t ident_published = std::uint64_t{1} << 63;
+
+ private:
+  /// complete()'s record: built and handed to the collector, or counted by why not. Returns the
+  /// GPU span it published (0: none).
+  std::uint64_t publish_record(comm_state& cs, op_slot& s, bool enqueue_only, std::uint64_t began,
+                               std::uint64_t now) noexcept {
     filter_reason why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
     if (enqueue_only && why == no_filter) why = filter_reason::enqueue_only;
     if (why != no_filter) {
       col_.note_filtered(cs.handle, why);
-      return;
+      return 0;
     }
     op_record r = s.rec;
     if (s.expected_ch == unknown_channels)
@@ -135,9 +171,9 @@ class op_lifecycle {
       // The kernel ran inside the op's host-observed life (its start to this last channel end): a
       // longer GPU span is a garbage timer value (a KernelCh stop 584 years after its start was
       // published as 0 GB/s). max_clock_grain_ns covers the coarse clock and rate differences.
-      if (ghi - glo > detail::coarse_ns() - began + max_clock_grain_ns) NCCLINSP_UNLIKELY {
+      if (ghi - glo > now - began + max_clock_grain_ns) NCCLINSP_UNLIKELY {
         col_.note_filtered(cs.handle, filter_reason::rejected_timestamps);
-        return;
+        return 0;
       }
       r.timing = timing_source::kernel_gpu;
       r.start_ns = glo;
@@ -153,7 +189,7 @@ class op_lifecycle {
       r.end_ns = s.cpu_hi.load(std::memory_order_relaxed);
     } else {
       col_.note_filtered(cs.handle, filter_reason::no_gpu_timing);
-      return;
+      return 0;
     }
     if (cs.traces) NCCLINSP_UNLIKELY {
       traced_op& tr = cs.traces[cs.ops.index_of(s)];
@@ -163,18 +199,9 @@ class op_lifecycle {
     } else {
       col_.record(cs.handle, r);
     }
+    return r.timing == timing_source::kernel_gpu ? r.end_ns - r.start_ns : 0;
   }
 
-  /// Lets go of one reference; the last one frees the slot.
-  static void release(comm_state& cs, std::uint32_t idx, op_slot& s) noexcept {
-    // refs only decrease after begin; reading 1 (acquire, pairs with the other holder's acq_rel
-    // decrement) means this is the last reference: no locked RMW (always without traces, where an
-    // op has one holder; with traces, when the op's stop came first).
-    if (s.refs.load(std::memory_order_acquire) == 1 || s.refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      cs.ops.release(idx);
-  }
-
- private:
   collector<>& col_;
   const adapter_config cfg_;
 };

@@ -3,7 +3,8 @@
 /// (NCCL threads may outlive static destructors; the library pins itself in memory), so a later
 /// communicator reuses it and counters continue. It has the configuration (env_options from the
 /// environment), the collector, the communicators (comm_registry.hpp), the event adapter the
-/// callbacks run (event_adapter.hpp), the exporter thread and the change detector, NCCL's logger,
+/// callbacks run (event_adapter.hpp), the exporter thread and the change detector, the state
+/// dumper (state_dumper.hpp), NCCL's logger,
 /// and the process hooks: atexit (a bounded last export), pthread_atfork (inert in a forked
 /// child), dlopen pinning. Built into libnccl-profiler-ncclinsp.so by plugin/exports.cpp, or into
 /// an application for NCCL_PROFILER_PLUGIN=STATIC_PLUGIN.
@@ -40,6 +41,7 @@
 #include "ncclinsp/plugin/device_identity.hpp"
 #include "ncclinsp/plugin/event_adapter.hpp"
 #include "ncclinsp/plugin/handle.hpp"
+#include "ncclinsp/plugin/state_dumper.hpp"
 #include "ncclinsp/runtime_options.hpp"
 #include "ncclinsp/sinks/from_options.hpp"
 #include "ncclinsp/sinks/otlp_http_sink.hpp"
@@ -101,14 +103,14 @@ class plugin_state {
       cs->nranks = nranks;
       cs->rank = rank;
       const device_identity dev = identify_device(opts_.cuda_driver, opts_.node_name);
-      const comm_handle h = col_->add_comm({.name = name ? std::string(name) : std::string(),
-                                            .hash = hash,
-                                            .rank = rank,
-                                            .nranks = nranks,
-                                            .nnodes = nnodes,
-                                            .device = dev.ordinal,
-                                            .uuid = dev.uuid},
-                                           [cs](comm_handle) { return cs->ops.oldest(); });
+      const comm_desc desc{.name = name ? std::string(name) : std::string(),
+                           .hash = hash,
+                           .rank = rank,
+                           .nranks = nranks,
+                           .nnodes = nnodes,
+                           .device = dev.ordinal,
+                           .uuid = dev.uuid};
+      const comm_handle h = col_->add_comm(desc, [cs](comm_handle) { return cs->ops.oldest(); });
       if (h == no_index || h >= max_plugin_comms) {
         registry_.give_back(cs);
         log(log_level::warn, "communicator table full (" + std::to_string(max_plugin_comms) +
@@ -117,6 +119,7 @@ class plugin_state {
       }
       cs->proxy = col_->proxy_of(h);
       registry_.publish(*cs, h);
+      if (dumper_) dumper_->add(cs, desc);
       *context = comm_registry::context_of(*cs);
       if (live_comms_++ == 0) start_exporter();
       if (adapter_) adapter_->watch_mask(mask);
@@ -150,6 +153,7 @@ class plugin_state {
       // The ops still in flight never complete now (NCCL >= 2.31 purges them): counted abandoned.
       std::uint32_t inflight = 0;
       const comm_handle h = cs->handle;
+      if (dumper_) dumper_->remove(cs);
       if (!registry_.retire(*cs, std::chrono::milliseconds(20), inflight)) return abi::success;  // finalize twice
       col_->retire_comm(h, inflight);
       if (--live_comms_ == 0 && exporter_) {
@@ -213,6 +217,7 @@ class plugin_state {
                                     .self_p2p_shifts_channels = abi::nccl_holds_at_abi(
                                         abi::nccl_behaviour::self_p2p_shifts_counter, abi_version, /*all=*/false)});
     detector_ = std::make_unique<change_detector>(std::move(rt.detector));
+    if (opts_.enable) start_state_dumps();
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
     // chance to finish at process exit instead of being cut off mid-write. The library is pinned,
     // so the handler stays mapped.
@@ -244,6 +249,20 @@ class plugin_state {
     }
     log(log_level::info, "capturing every profiler callback into " + capture_->path());
     recorder_.store(capture_.get(), std::memory_order_release);
+  }
+  /// NCCLINSP_STATE: the state dumper (plugin/state_dumper.hpp), at the first init when enabled.
+  void start_state_dumps() {
+    auto lg = [this](log_level l, std::string_view m) { log(l, std::string(m)); };
+    state_dump_options so = state_dump_options::from_env(lg, process_env, opts_.dump_dir);
+    log(log_level::info, so.describe());
+    if (!so.enable) return;
+    dumper_ = std::make_unique<state_dumper>(std::move(so),
+                                             process_identity{.node = opts_.node_name,
+                                                              .hostname = detail::host_name(),
+                                                              .slurm_job_id = opts_.slurm_job_id,
+                                                              .job_id = opts_.job_id,
+                                                              .pid = static_cast<long>(::getpid())},
+                                             lg);
   }
   /// The capture's state at a finalize or at exit, in NCCL's log when it dropped lines.
   void log_capture() noexcept {
@@ -322,6 +341,7 @@ class plugin_state {
   comm_registry registry_;  // declared before adapter_, which refers to it
   std::optional<event_adapter> adapter_;
   std::unique_ptr<change_detector> detector_;  // exporter thread only
+  std::unique_ptr<state_dumper> dumper_;       // NCCLINSP_STATE; declared after registry_, whose states it reads
   std::unique_ptr<exporter<collector<>>> exporter_;
   std::unique_ptr<callback_recorder> capture_;  // NCCLINSP_CAPTURE; never destroyed while NCCL may call
   std::atomic<abi::logger_t> logger_{nullptr};
