@@ -123,8 +123,9 @@ class enqueue_sequence {
         cursor = std::uint8_t(cursor + op.n_channels);
       }
     }
-    // taskAppend: a one-rank collective runs as ncclLaunchOneRank (nccl_behaviour::one_rank_silent).
-    p.no_task = op.kind != op_kind::p2p && cfg_.n_ranks == 1;
+    // taskAppend discards an empty collective and runs a one-rank one as ncclLaunchOneRank
+    // (nccl_behaviour::zero_count_silent, one_rank_silent).
+    p.no_task = op.kind != op_kind::p2p && (op.count == 0 || cfg_.n_ranks == 1);
     p.self_p2p = op.kind == op_kind::p2p && op.peer == cfg_.rank;
     if (op.kind == op_kind::p2p) {  // a self pair runs in round 0, whose base is reverseBits(0) = 0
       p.channel_lo = op.channel_lo >= 0 ? std::uint8_t(op.channel_lo)

@@ -358,3 +358,36 @@ TEST_CASE(
     CHECK(total(text, "ncclinsp_dropped_events_total") == 0);
   }
 }
+
+// ---- Empty collectives ------------------------------------------------------------------------------
+
+TEST_CASE("2.27 2.28 2.30 2.31.2 zero-count collective - no event, no seqNumber, not an op - enqueue.cc taskAppend",
+          "[conformance][empty]") {
+  for (const auto* rel : {&sim::release_2_27, &sim::release_2_28, &sim::release_2_30, &sim::release_2_31_2}) {
+    INFO("NCCL " << rel->name);
+    const std::string text = run("empty", [rel](const std::string&) {
+      job j(*rel);
+      sim::comm_driver c(j.lib, comm_cfg(*rel, 0x7e, "empty"));
+      const sim::op_desc empty = all_reduce(0, 4, 0);
+      const sim::op_desc ar = all_reduce(4u << 20, 4, 0);
+      for (int i = 0; i < 10; ++i) {
+        (void)c.enqueue(empty);  // on its own: an API call that reaches no profiler callback
+        const sim::op_desc g[] = {empty, ar};
+        sim::pending_op p[2];
+        c.enqueue(g, p);
+        for (auto& q : p) c.complete(q, span(t0 + std::uint64_t(i) * 1000 * us, 200 * us, 4));
+      }
+      c.finalize();
+      return 0;
+    });
+    INFO(text.substr(0, 3000));
+    // Only the ten real AllReduce are ops, numbered 0..9 with nothing in between, GPU-timed.
+    CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == 10);
+    CHECK(sample(text, "ncclinsp_last_completed_seq", {"collective=\"AllReduce\""}) == 9);
+    CHECK(sample(text, "nccl_bus_bandwidth_gbs", {"collective=\"AllReduce\""}) ==
+          Approx(ar_busbw(4u << 20, 4, 200 * us)).epsilon(0.01));
+    CHECK(total(text, "ncclinsp_filtered_ops_total") == 0);
+    CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+    CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
+  }
+}

@@ -43,6 +43,7 @@ inline constexpr int nccl_open = 99999;
 
 enum class nccl_behaviour : std::uint8_t {
   one_rank_silent,
+  zero_count_silent,
   self_p2p_in_place_dropped,
   self_p2p_kernel_ch,
   self_p2p_shifts_counter,
@@ -108,6 +109,14 @@ inline constexpr nccl_behaviour_row nccl_behaviours[] = {
      .nccl = "enqueue.cc taskAppend -> device/onerank.cu ncclLaunchOneRank (2.31.2: also rawTaskAppend)",
      .trace = "nccl-2.28.9-h200-onerank-cases.trace",
      .plugin = "nothing to count",
+     .sim = "always (pending_op::no_task)"},
+    {.id = nccl_behaviour::zero_count_silent,
+     .what = "A collective of count 0 emits no event at all and takes no seqNumber",
+     .nccl = "enqueue.cc taskAppend (\"Empty collectives can be discarded\": count == 0 returns before any "
+             "profiler call; read in 2.27.3, 2.28.9, 2.29.7, 2.30.7, 2.31.0a0; 2.31.2: enqueue/enqueue.cc "
+             "taskAppend and rawTaskAppend)",
+     .plugin = "nothing to count",
+     .conformance = "zero-count collective",
      .sim = "always (pending_op::no_task)"},
     {.id = nccl_behaviour::self_p2p_in_place_dropped,
      .what = "A Send/Recv pair to the rank itself in place (send buffer = recv buffer) is dropped before any "
