@@ -57,11 +57,13 @@ enum class nccl_behaviour : std::uint8_t {
   symmetric_invisible,
   sym_head_only,
   captured_sym_no_kernel_ch,
+  sym_own_counters,
   collnet_zero_channels,
   ce_coll_enqueue_only,
   channel_ids_wrap,
   kernel_ch_stop_guarded,
   profiler_thread,
+  kernel_ch_dropped_on_alloc_failure,
   coll_from_three_threads,
   purge_at_destroy,
   events_after_finalize,
@@ -246,6 +248,15 @@ inline constexpr nccl_behaviour_row nccl_behaviours[] = {
      .reason = "no_kernel_events",
      .conformance = "captured symmetric collective",
      .sim = "op_desc::symmetric under capture"},
+    {.id = nccl_behaviour::sym_own_counters,
+     .what = "Symmetric collectives have their own per-channel work counters and stamp slots: their works never "
+             "shift or share the sequence of the other ops' KernelCh",
+     .from = 23102,
+     .nccl = "plugin/profiler.cc ncclProfilerReserveSymCounters (symWorkCounter, \"never share the regular/p2p "
+             "sequence\"), profilerEnqueueOp (symWorkStarted, symWorkCompleted)",
+     .plugin = "no rule of its own (channels are matched by handle, not by counter)",
+     .sim = "not reproduced: the driver numbers a symmetric work on the shared counters, host and device alike, so "
+            "nothing shifts either way"},
     {.id = nccl_behaviour::collnet_zero_channels,
      .what = "A CollNet (SHARP) Coll announces nChannels 0 while KernelCh arrive on its channels",
      .to = 23100,
@@ -288,6 +299,14 @@ inline constexpr nccl_behaviour_row nccl_behaviours[] = {
      .plugin = "no callback takes a lock",
      .conformance = "Coll events from three threads",
      .sim = "the proxy thread stands for it"},
+    {.id = nccl_behaviour::kernel_ch_dropped_on_alloc_failure,
+     .what = "A KernelCh whose op the profiler thread cannot allocate is dropped: the channel's counter still "
+             "advances, its KernelCh never come (INFO \"dropping KernelCh op after allocation failure\")",
+     .from = 23102,
+     .nccl = "plugin/profiler.cc profilerEnqueueOp (profilerAllocOp returns nullptr: droppedOps++), "
+             "profilerPostWorkInternal (bumps workCounter even then)",
+     .plugin = "not told apart: the op stays in flight (its age grows) and is counted abandoned at finalize",
+     .sim = "not reproduced"},
     {.id = nccl_behaviour::coll_from_three_threads,
      .what = "Coll/P2p come from the user thread, a CUDA host-callback thread (replays) and the async group "
              "thread (non-blocking communicators)",
