@@ -3,14 +3,15 @@
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <set>
 #include <type_traits>
 #include <vector>
-#include <cstdint>
 
 #include "ncclinsp/cuda/event_timer.hpp"
 #include "ncclinsp/inspector.hpp"

@@ -3,11 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -15,8 +18,6 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <memory>
-#include <cstdint>
 
 #include "ncclinsp/format/prometheus_text.hpp"
 #include "ncclinsp/inspector.hpp"

@@ -3,12 +3,15 @@
 // logger captured in the child, one op through the driver, polling, the .prom shape check, promtool,
 // the monotonic clock shared by a parent and its child, and the host name.
 #include <dirent.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdarg>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -16,12 +19,10 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
-#include <vector>
-#include <cstdint>
-#include <cstdio>
 #include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "nccl_driver.hpp"
 #include "plugin_harness.hpp"

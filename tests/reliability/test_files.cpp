@@ -6,29 +6,30 @@
 // replacement under readers.
 #include <catch2/catch.hpp>
 
-#include <grp.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <sys/types.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
 #include <string>
 #include <thread>
-#include <vector>
-#include <cstdint>
-#include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "ncclinsp/collector.hpp"
 #include "ncclinsp/exporter.hpp"

@@ -6,13 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+
 #include <chrono>
-#include <cstring>
-#include <string>
-#include <vector>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "reliability_harness.hpp"
 

@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
-#include <cstdio>
 
 #include "reliability_harness.hpp"
 

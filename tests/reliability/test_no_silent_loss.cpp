@@ -8,15 +8,18 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -24,8 +27,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <cstdint>
-#include <cstdio>
 
 #include "reliability_harness.hpp"
 

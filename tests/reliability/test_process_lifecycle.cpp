@@ -6,14 +6,17 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
-#include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -21,8 +24,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <cstdint>
-#include <cstdio>
 
 #include "ncclinsp/sinks/prom_textfile_sink.hpp"
 #include "reliability_harness.hpp"

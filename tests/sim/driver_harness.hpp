@@ -5,10 +5,10 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 #include "nccl_driver.hpp"
 #include "recording_plugin.hpp"

@@ -4,6 +4,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <cstdint>
 
 #include "driver_harness.hpp"
 

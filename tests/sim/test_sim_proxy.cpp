@@ -2,11 +2,11 @@
 // and complete_timed's state order, time order and mask gating.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 #include "driver_harness.hpp"
 

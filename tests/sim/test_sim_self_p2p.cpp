@@ -2,10 +2,10 @@
 // communicators, plans, graph capture, and the self work's device counter per release.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 #include "driver_harness.hpp"
 
