@@ -142,10 +142,11 @@ TEST_CASE("state dump: a known op history and the ops in flight, read back") {
   CHECK(c.last_seq.at("AllReduce") == 39);
   CHECK(c.last_seq.at("AllGather") == 7);
   CHECK(c.last_seq.count("ReduceScatter") == 0);
-  // The history keeps the last op_history::depth of the 41 completed: AllReduce 9..39, then the AllGather.
-  REQUIRE(c.completed.size() == op_history::depth);
+  // The history reads the last op_history::depth - 1 of the 41 completed (the oldest entry's slot is the
+  // one the next completion writes): AllReduce 10..39, then the AllGather.
+  REQUIRE(c.completed.size() == op_history::depth - 1);
   CHECK(c.completed.front().fn == "AllReduce");
-  CHECK(c.completed.front().seq == 9);
+  CHECK(c.completed.front().seq == 10);
   CHECK(c.completed[c.completed.size() - 2].seq == 39);
   CHECK(c.completed.back().fn == "AllGather");
   CHECK(c.completed.back().seq == 7);

@@ -60,8 +60,8 @@ struct alignas(detail::cache_line) op_slot {
   // What the state dump reads of an op in flight (plugin/state_dumper.hpp), atomics only: its
   // identity, stored once its start filled rec (op_lifecycle::publish), and which channel ids
   // (mod 64) started and ended, one writer each (the op's channel thread).
-  std::atomic<std::uint64_t> ident{0};       // 1 << 63 (set) | seq (40 bits) | fn << 40 | channels announced << 48
-  std::atomic<std::uint64_t> ident_xfer{0};  // bytes (40 bits, capped) | (peer + 1) << 40
+  std::atomic<std::uint64_t> ident{0};       // op_ident::pack_id (op_history.hpp)
+  std::atomic<std::uint64_t> ident_xfer{0};  // op_ident::pack_xfer
   std::atomic<std::uint64_t> ch_begun{0};    // KernelCh started, per channel id mod 64
   std::atomic<std::uint64_t> ch_ended{0};    // KernelCh recordEventState(22) seen, per channel id mod 64
 };

@@ -13,7 +13,6 @@
 
 #include <sys/types.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <new>
@@ -94,8 +93,7 @@ class op_lifecycle {
     s.gpu_missing.store(false, std::memory_order_relaxed);
     s.enq_stopped.store(false, std::memory_order_relaxed);
     s.ch_started.store(0, std::memory_order_relaxed);
-    for (auto* t : {&s.ch_seen, &s.ch_stop_seen, &s.ch_begun, &s.ch_ended, &s.ident})
-      t->store(0, std::memory_order_relaxed);
+    for (auto* t : {&s.ch_seen, &s.ch_stop_seen, &s.ch_begun, &s.ch_ended}) t->store(0, std::memory_order_relaxed);
     s.ts_reject.store(no_filter, std::memory_order_relaxed);
     s.settle = no_filter;
     s.replay = false;
@@ -115,12 +113,9 @@ class op_lifecycle {
   void* publish(comm_state& cs, std::uint32_t idx) const noexcept {
     op_slot& s = cs.ops[idx];
     const op_record& r = s.rec;
-    s.ident.store(ident_published | (r.seq & ident_seq_mask) | static_cast<std::uint64_t>(r.fn) << 40 |
-                      static_cast<std::uint64_t>(r.channels & 0x7FFF) << 48,
+    s.ident.store(op_ident::pack_id(r.seq, r.fn, r.channels, s.gen.load(std::memory_order_relaxed)),
                   std::memory_order_relaxed);
-    s.ident_xfer.store(std::min<std::uint64_t>(r.bytes_valid ? r.bytes : 0, ident_seq_mask) |
-                           static_cast<std::uint64_t>(static_cast<std::uint32_t>(r.peer + 1) & 0xFFFFFF) << 40,
-                       std::memory_order_relaxed);
+    s.ident_xfer.store(op_ident::pack_xfer(r.bytes, r.bytes_valid, r.peer), std::memory_order_relaxed);
     const std::uint32_t aux = !cfg_.traces && s.expected_ch && !s.is_ce ? aux_ends_at_channels : 0;
     return as_handle(encode(handle_kind::op, s.gen.load(std::memory_order_relaxed), cs.handle, idx, aux));
   }
@@ -135,7 +130,9 @@ class op_lifecycle {
     s.started_at.store(0, std::memory_order_relaxed);
     const std::uint64_t now = detail::coarse_ns();
     const std::uint64_t gpu_ns = publish_record(cs, s, enqueue_only, began, now);
-    cs.history.note(enqueue_only ? op_history::at_stop : op_history::by_channels, s.rec, began, now, gpu_ns);
+    cs.history.note(enqueue_only ? op_history::at_stop : op_history::by_channels,
+                    s.ident.load(std::memory_order_relaxed), s.ident_xfer.load(std::memory_order_relaxed), s.rec.seq,
+                    s.rec.fn, began, now, gpu_ns);
   }
 
   /// Lets go of one reference; the last one frees the slot.
@@ -147,16 +144,11 @@ class op_lifecycle {
       cs.ops.release(idx);
   }
 
-  /// op_slot::ident and ident_xfer: 40 bits of the sequence number and of the size (a larger size
-  /// is capped), and the top bit of ident set once publish() stored them.
-  static constexpr std::uint64_t ident_seq_mask = (std::uint64_t{1} << 40) - 1;
-  static constexpr std::uint64_t ident_published = std::uint64_t{1} << 63;
-
  private:
   /// complete()'s record: built and handed to the collector, or counted by why not. Returns the
   /// GPU span it published (0: none).
-  std::uint64_t publish_record(comm_state& cs, op_slot& s, bool enqueue_only, std::uint64_t began,
-                               std::uint64_t now) noexcept {
+  NCCLINSP_INLINE std::uint64_t publish_record(comm_state& cs, op_slot& s, bool enqueue_only, std::uint64_t began,
+                                               std::uint64_t now) noexcept {
     filter_reason why = enqueue_only ? s.settle : s.ts_reject.load(std::memory_order_relaxed);
     if (enqueue_only && why == no_filter) why = filter_reason::enqueue_only;
     if (why != no_filter) {

@@ -308,13 +308,14 @@ class state_dumper {
       if (s.gen.load(std::memory_order_relaxed) != g || s.started_at.load(std::memory_order_relaxed) != t) continue;
       ++c.inflight_total;
       c.oldest_age_ns = std::max(c.oldest_age_ns, now > t ? now - t : 0);
-      if (!(id & op_lifecycle::ident_published)) continue;  // its start is still filling it in
+      if (!op_ident::is_set(id) || !op_ident::of_gen(id, g)) continue;  // its start is still filling it in
       format::dumped_op o;
-      o.seq = id & op_lifecycle::ident_seq_mask;
-      o.fn = static_cast<func>(id >> 40 & 0xFF);
-      o.channels = static_cast<std::uint32_t>(id >> 48 & 0x7FFF);
-      o.bytes = xf & op_lifecycle::ident_seq_mask;
-      o.peer = static_cast<std::int32_t>(xf >> 40 & 0xFFFFFF) - 1;
+      o.seq = op_ident::seq(id);
+      o.fn = op_ident::fn(id);
+      o.channels = op_ident::channels(id);
+      o.bytes = op_ident::bytes(xf);
+      o.bytes_valid = op_ident::bytes_valid(xf);
+      o.peer = op_ident::peer(xf);
       o.start_ns = t;
       o.age_ns = now > t ? now - t : 0;
       o.ch_started = begun;
