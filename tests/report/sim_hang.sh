@@ -98,12 +98,12 @@ else
   echo "== net: skipped (this ncclinsp-sim has no --net-stall)"
 fi
 if grep -q -- --pause-rank <<<"$help"; then
-  # A checkpoint: rank 2 issues nothing for 5 s from t=2. While it lasts the merge names it; once it is
+  # A checkpoint: rank 2 issues nothing for 7 s from t=2. While it lasts the merge names it; once it is
   # over, nothing is stuck.
-  "$sim" --plugin "$plugin" --nodes 2 --gpus 2 --duration 10 --speed 1 --out "$out/pause" --prom \
-    --summary "$out/pause/summary.json" --pause-rank 2@2:5 >"$out/pause.sim.log" 2>&1 &
+  "$sim" --plugin "$plugin" --nodes 2 --gpus 2 --duration 12 --speed 1 --out "$out/pause" --prom \
+    --summary "$out/pause/summary.json" --pause-rank 2@2:7 >"$out/pause.sim.log" 2>&1 &
   sim_pid=$!
-  sleep 5.5
+  sleep 6.5
   set +e
   "$report" hang --json "$out/pause" >"$out/pause.json" 2>"$out/pause.err"
   echo $? >"$out/pause.rc"
@@ -122,9 +122,15 @@ fi
 
 # The opt-in signal, in the real plugin: no heartbeat, no threshold reached; SIGUSR1 to each node process.
 export NCCLINSP_STATE_EVERY_S=0 NCCLINSP_STATE_WARN_S=600 NCCLINSP_STATE_SIGNAL=USR1
-"$sim" --plugin "$plugin" --nodes 2 --gpus 2 --duration 6 --speed 1 --out "$out/signal" --prom >"$out/signal.sim.log" 2>&1 &
+"$sim" --plugin "$plugin" --nodes 2 --gpus 2 --duration 8 --speed 1 --out "$out/signal" --prom >"$out/signal.sim.log" 2>&1 &
 parent=$!
-sleep 3
+# The handler is installed with the first communicator: wait for every GPU's .prom file (written once
+# its communicators exist), then one second more.
+for _ in $(seq 1 100); do
+  [[ $(find "$out/signal" -name 'nccl_inspector_metrics_*.prom' 2>/dev/null | wc -l) == 4 ]] && break
+  sleep 0.2
+done
+sleep 1
 [[ -z $(find "$out/signal" -name '*.state.json' 2>/dev/null) ]] || { echo "dumps before the signal"; exit 1; }
 for p in $(pgrep -P "$parent"); do kill -USR1 "$p"; done
 sleep 2
