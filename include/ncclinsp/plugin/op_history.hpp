@@ -80,20 +80,19 @@ class op_history {
   enum path : std::uint32_t { by_channels = 0, at_stop = 1, path_count = 2 };
 
   /// Hot: the op (its op_ident words, sequence number and function) just completed on `p`. Only
-  /// that path's thread calls it. The release fence (no instruction on x86) orders the ring's head,
-  /// published by the previous call, before this entry's stores: a reader that sees one of them
-  /// sees the head that tells it the entry is being rewritten.
+  /// that path's thread calls it. The entry's stores are release stores (plain stores on x86): a
+  /// reader that sees one of them (acquire) sees the head published before it, which tells it the
+  /// entry is being rewritten.
   NCCLINSP_INLINE void note(path p, std::uint64_t id, std::uint64_t xfer, std::uint64_t seq, func fn,
                             std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t gpu_ns) noexcept {
     ring& g = rings_[p];
     const std::uint64_t n = g.head.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
     entry& e = g.e[n & (depth - 1)];
-    e.id.store(id, std::memory_order_relaxed);
-    e.xfer.store(xfer, std::memory_order_relaxed);
-    e.start_ns.store(start_ns, std::memory_order_relaxed);
-    e.end_ns.store(end_ns, std::memory_order_relaxed);
-    e.gpu_ns.store(gpu_ns, std::memory_order_relaxed);
+    e.id.store(id, std::memory_order_release);
+    e.xfer.store(xfer, std::memory_order_release);
+    e.start_ns.store(start_ns, std::memory_order_release);
+    e.end_ns.store(end_ns, std::memory_order_release);
+    e.gpu_ns.store(gpu_ns, std::memory_order_release);
     g.head.store(n + 1, std::memory_order_release);
     g.last_plus1[static_cast<std::size_t>(fn)].store(seq + 1, std::memory_order_relaxed);
   }
@@ -117,19 +116,18 @@ class op_history {
       got.clear();
       for (std::uint64_t n = h > depth ? h - depth : 0; n < h; ++n) {
         const entry& e = g.e[n & (depth - 1)];
-        const std::uint64_t id = e.id.load(std::memory_order_relaxed), x = e.xfer.load(std::memory_order_relaxed);
+        const std::uint64_t id = e.id.load(std::memory_order_acquire), x = e.xfer.load(std::memory_order_acquire);
         completed_op c;
         c.seq = op_ident::seq(id);
         c.fn = op_ident::fn(id);
         c.bytes = op_ident::bytes(x);
         c.bytes_valid = op_ident::bytes_valid(x);
         c.peer = op_ident::peer(x);
-        c.start_ns = e.start_ns.load(std::memory_order_relaxed);
-        c.end_ns = e.end_ns.load(std::memory_order_relaxed);
-        c.gpu_ns = e.gpu_ns.load(std::memory_order_relaxed);
+        c.start_ns = e.start_ns.load(std::memory_order_acquire);
+        c.end_ns = e.end_ns.load(std::memory_order_acquire);
+        c.gpu_ns = e.gpu_ns.load(std::memory_order_acquire);
         got.emplace_back(n, c);
       }
-      std::atomic_thread_fence(std::memory_order_acquire);
       const std::uint64_t h2 = g.head.load(std::memory_order_relaxed);
       for (const auto& [n, c] : got)
         if (n + depth > h2) out.push_back(c);  // not rewritten meanwhile (the writer is at h2)

@@ -293,7 +293,9 @@ class state_dumper {
   }
 
   /// The ops in flight of `cs`, oldest first, the first inflight_listed of them. Each slot is read
-  /// between two reads of its generation and start: a slot freed or reused meanwhile is skipped.
+  /// between two reads of its generation and start (a slot freed or reused meanwhile is skipped),
+  /// and its identity must carry that generation (op_ident: one left by the slot's previous op, or
+  /// stored by the next, does not).
   void read_inflight(const comm_state& cs, std::uint64_t now, format::dumped_comm& c) const {
     for (std::uint32_t i = 0; i < cs.ops.size(); ++i) {
       const op_slot& s = cs.ops[i];
@@ -304,8 +306,7 @@ class state_dumper {
                           xf = s.ident_xfer.load(std::memory_order_relaxed);
       const std::uint64_t begun = s.ch_begun.load(std::memory_order_relaxed);
       const std::uint64_t ended = s.ch_ended.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (s.gen.load(std::memory_order_relaxed) != g || s.started_at.load(std::memory_order_relaxed) != t) continue;
+      if (s.gen.load(std::memory_order_acquire) != g || s.started_at.load(std::memory_order_acquire) != t) continue;
       ++c.inflight_total;
       c.oldest_age_ns = std::max(c.oldest_age_ns, now > t ? now - t : 0);
       if (!op_ident::is_set(id) || !op_ident::of_gen(id, g)) continue;  // its start is still filling it in
