@@ -235,7 +235,8 @@ class event_adapter {
   /// KernelCh recordEventState(22): the channel's GPU stop time. It ends the channel, except with
   /// traces on (Rare), where the stop that follows does (stop_slow). Rare: also an untimed stop.
   /// It takes the raw handle (one register) and decodes it here: a `decoded` passed by value goes
-  /// through the stack and stalls on store forwarding (bench/README.md, "Findings").
+  /// through the stack and stalls on store forwarding (bench/README.md, "Where a collective's time
+  /// goes").
   template <bool Rare>
   NCCLINSP_OUTLINE result_t end_channel(void* handle, std::uint64_t gpu_stop) noexcept {
     const decoded k = decode(handle);
