@@ -3,9 +3,10 @@
 CUDA-graph replays mixed with eager ops) at NCCL 2.28 and 2.30, as fast as it goes (--speed 0), with the
 real plugin. Holds when, per profile:
 
-  * no hang alert: the plugin's live .prom files, read while the job runs, go through the shipped rules
-    with promtool (NcclinspCollectiveHung and NcclinspDroppedEvents must never fire), and the final files
-    show nothing in flight and nothing abandoned;
+  * no hang: in the plugin's live .prom files, read while the job runs, no op stays in flight for
+    30 s (half the hang alerts' first threshold, 60 s), the same series go through the shipped rules
+    with promtool (NcclinspCollectiveHung and NcclinspDroppedEvents must never fire), and the final
+    files show nothing in flight and nothing abandoned;
   * never a wrong number as GPU-timed: per (rank, communicator, collective, size) the ops the plugin
     publishes are exactly the ones whose KernelCh carried their own timestamps (the simulator's --truth),
     the others are counted by reason, and the published bus bandwidth (bus bytes / busy seconds) is
@@ -166,6 +167,8 @@ def run_profile(a, profile):
         fail(f'{total("ncclinsp_dropped_events_total")} events dropped')
     max_age = max((v for snap in sampler.samples for n, _, v in snap if n == 'ncclinsp_oldest_inflight_age_seconds'),
                   default=0.0)
+    if max_age >= 30.0:
+        fail(f'an op stayed in flight {max_age:.1f} s while the job ran (a false hang)')
     n_series, minutes = promtool_no_alerts(a.promtool, a.rules, sampler.samples, work)
 
     # ---- published = exactly the ops with their own timestamps, bandwidth = truth ------------------
