@@ -2,8 +2,11 @@
 line, its uid owning the file, no symlink), when a writer is alive (its lock held; its pid with the
 recorded start time, in our boot and PID namespace), and what goes when (final files after the
 grace, dead writers' files at once, unverifiable ones after the stale bound, --job). Also from a
-PID namespace of its own (a container without hostPID): the lock still tells, the pid does not."""
+PID namespace of its own (a container without hostPID): the lock still tells, the pid does not.
+State dumps: ours by name, header and pid; removed past --state-max-age only when written on this
+host by a pid that is gone or was reused; never by --job, never through a symlink."""
 import os
+import socket
 import subprocess
 import time
 
@@ -104,6 +107,46 @@ live.kill()
 live.wait()
 r = run_cleaner("--every", "1", "--job", "x", d3, check_rc=False)
 check(r.returncode == 1, "--every refuses --job (an epilog runs once)")
+
+# ---- state dumps (<node>-pid<pid>-<gpu>.state.json): evidence, removed only when nobody collected it ----
+ds = scratch("cleaner-state")
+host = socket.gethostname()
+
+
+def state_json(pid, hostname=host):
+    return ('{"format":"ncclinsp-state","version":1,"ncclinsp":"0.2.0","reason":"heartbeat","time_ns":1,'
+            f'"node":"n","hostname":"{hostname}","pid":{pid},"job_id":"1","comms":[]}}')
+
+
+plant(ds, f"n-pid{pid_gone}-GPU-dead.state.json", state_json(pid_gone))
+plant(ds, f"n-pid{me}-GPU-live.state.json", state_json(me))  # written now by this (live) process
+reused = plant(ds, f"n-pid{me}-GPU-reused.state.json", state_json(me))
+os.utime(reused, (now - 600, now - 600))  # written before this process started: its pid was reused
+plant(ds, f"n-pid{pid_gone}-GPU-foreign.state.json", '{"format":"other","pid":%d}' % pid_gone)
+plant(ds, f"n-pid{pid_gone}-GPU-mismatch.state.json", state_json(pid_gone + 1))
+plant(ds, f"n-pid{pid_gone}-GPU-otherhost.state.json", state_json(pid_gone, "elsewhere"))
+svictim = plant(scratch("state-victim"), "v.state.json", state_json(pid_gone))
+os.utime(svictim, (now - 90000, now - 90000))
+os.symlink(svictim, os.path.join(ds, f"n-pid{pid_gone}-GPU-link.state.json"))
+all_states = set(os.listdir(ds))
+day = 24 * 3600
+run_cleaner("--now", str(now + 3600), ds)
+check(set(os.listdir(ds)) == all_states, "a state dump of a gone writer stays within --state-max-age (24 h)")
+run_cleaner("--job", "1", "--now", str(now + day + 60), ds)
+check(set(os.listdir(ds)) == all_states, "--job never removes a state dump (the killed job's evidence)")
+run_cleaner("--dry-run", "--now", str(now + day + 60), ds)
+check(set(os.listdir(ds)) == all_states, "--dry-run removes no state dump")
+r = run_cleaner("--verbose", "--now", str(now + day + 60), ds)
+left = set(os.listdir(ds))
+check(left == all_states - {f"n-pid{pid_gone}-GPU-dead.state.json", f"n-pid{me}-GPU-reused.state.json"},
+      f"past 24 h exactly the dumps of gone and reused pids go (left: {sorted(left)})")
+check("not ours" in r.stdout and "writer alive" in r.stdout and "not checkable here" in r.stdout,
+      "each kept state dump says why")
+check(open(svictim).read().startswith('{"format":"ncclinsp-state"'), "a state dump symlink's target is never touched")
+run_cleaner("--state-max-age", "0.5", "--now", str(now + 3600), ds)
+check(f"n-pid{me}-GPU-live.state.json" in os.listdir(ds), "--state-max-age never removes a live writer's dump")
+r = run_cleaner("--state-max-age", "1d", ds, check_rc=False)
+check(r.returncode == 1 and "number of hours" in r.stderr, "--state-max-age says it expects hours")
 
 r = run_cleaner(os.path.join(d, PREFIX + "link.prom"), check_rc=False)
 check(r.returncode == 2, "a directory given as a symlink is refused")

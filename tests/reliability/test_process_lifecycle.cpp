@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -211,6 +212,33 @@ TEST_CASE("fork() after init: the child runs without ncclinsp, exits at once and
             return 0;
           }) == 0);
   CHECK(files_in(dir, ".prom").empty());  // KEEP_FILES=0: the parent removed it at its own teardown
+}
+
+TEST_CASE("state dumps: the last finalize removes them (NCCLINSP_PROM_KEEP_FILES=1 keeps them), a kill leaves them",
+          "[reliability][statefiles]") {
+  // The dumps share node_exporter's textfile directory with every job of the node: a process that
+  // ends normally takes its own away, as its .prom files; a killed one leaves them as evidence.
+  for (const std::string end : {"normal", "keep", "kill"}) {
+    INFO(end);
+    const std::string dir = fresh_dir("rel");
+    auto env = base_env(dir);
+    env["NCCLINSP_PROM_KEEP_FILES"] = end == "keep" ? "1" : "0";
+    const int rc = in_child(env, [&dir, &end] {
+      sim::plugin_library lib(NCCLINSP_PLUGIN_SO, abi::newest);
+      set_device(0);
+      sim::comm_driver a(lib, {.comm_hash = 41, .name = "a", .n_ranks = 2});
+      sim::comm_driver b(lib, {.comm_hash = 42, .name = "b", .n_ranks = 2});
+      one_op(a);
+      if (!wait_for([&] { return files_in(dir, ".state.json").size() == 1; })) return 1;  // the first heartbeat
+      if (end == "kill") ::raise(SIGKILL);
+      b.finalize();
+      if (files_in(dir, ".state.json").size() != 1) return 2;  // a communicator is left on the GPU
+      a.finalize();  // the last: finalize returns once the dumper's thread removed the file
+      return files_in(dir, ".state.json").size() == (end == "keep" ? 1u : 0u) ? 0 : 3;
+    });
+    CHECK(rc == (end == "kill" ? -SIGKILL : 0));
+    CHECK(files_in(dir, ".state.json").size() == (end == "normal" ? 0u : 1u));
+  }
 }
 
 TEST_CASE("two processes on one GPU: each keeps a .prom file of its own, neither hides the other",

@@ -15,6 +15,14 @@
 // A removed file's lock goes with it; a lock whose file is gone goes when nobody holds it. Never followed: symlinks (the directory itself
 // included). Everything is decided and removed through the directory's descriptor, and an entry is
 // unlinked only if it is still the inode that was read.
+//
+// State dumps (<node>-pid<pid>-<gpu>.state.json, plugin/state_dumper.hpp) are the evidence of a
+// killed or hung job; the plugin removes its own at a normal end. One is ours only if it is a
+// regular file with that name whose content starts with the dump's header
+// ({"format":"ncclinsp-state","version":...) and whose "pid" is the one in its name. It goes when it
+// was last written --state-max-age ago (24 h) and its writer is gone: written on this host (its
+// "hostname") and the pid is gone, a zombie, or a process started after the file's last write.
+// --job never removes one (the epilog runs right after a killed job: its dumps are still to read).
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -32,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ncclinsp/detail/host.hpp"
 #include "ncclinsp/detail/owner_stamp.hpp"
 
 namespace {
@@ -40,17 +49,20 @@ using ncclinsp::detail::owner_stamp;
 
 struct settings {
   std::vector<std::string> dirs;
-  std::string job;           // --job: remove this job's files (its scheduler says it ended)
-  double grace = 120;        // --grace: how long a final file stays for the last scrapes
-  double stale_after = 600;  // --stale-after: bound for files whose writer cannot be checked
-  double now = 0;            // --now: Unix time to judge ages by (tests, what-if runs)
-  double every = 0;          // --every: run again every this many seconds (a DaemonSet's loop)
+  std::string job;                     // --job: remove this job's files (its scheduler says it ended)
+  double grace = 120;                  // --grace: how long a final file stays for the last scrapes
+  double stale_after = 600;            // --stale-after: bound for files whose writer cannot be checked
+  double now = 0;                      // --now: Unix time to judge ages by (tests, what-if runs)
+  double every = 0;                    // --every: run again every this many seconds (a DaemonSet's loop)
+  double state_max_age = 24 * 3600.0;  // --state-max-age (given in hours): state dumps of gone writers
   bool dry_run = false;
   bool verbose = false;
 };
 
 constexpr std::string_view prefix = "nccl_inspector_metrics_";
 constexpr std::string_view suffix = ".prom";
+constexpr std::string_view state_suffix = ".state.json";
+constexpr std::string_view state_head = "{\"format\":\"ncclinsp-state\",\"version\":";
 
 bool ends_with(std::string_view s, std::string_view e) {
   return s.size() >= e.size() && s.substr(s.size() - e.size()) == e;
@@ -62,6 +74,7 @@ enum class writer { alive, dead, unknown };
 struct me {
   std::string boot = ncclinsp::detail::boot_id();
   std::uint64_t pidns = ncclinsp::detail::pid_namespace();
+  std::string host = ncclinsp::detail::host_name();
 };
 
 /// The writer's lock: held (alive), free (dead), or absent/unusable (unknown).
@@ -187,6 +200,89 @@ bool judge(int dfd, const std::string& dir, const std::string& name, const setti
   return false;
 }
 
+/// The string value of `"key":"` in a dump's JSON text (no escapes: a host name has none); false
+/// when absent or escaped.
+bool json_text(std::string_view j, std::string_view key, std::string& out) {
+  const std::string k = "\"" + std::string(key) + "\":\"";
+  const auto at = j.find(k);
+  if (at == std::string_view::npos) return false;
+  const auto end = j.find('"', at + k.size());
+  if (end == std::string_view::npos) return false;
+  out = std::string(j.substr(at + k.size(), end - at - k.size()));
+  return out.find('\\') == std::string::npos;
+}
+
+/// Whether process `pid` of this PID namespace is the one that last wrote a file at Unix time
+/// `mtime`: alive if it runs and started before that write (its start, from /proc, to the second).
+writer state_writer(long pid, double mtime) {
+  std::uint64_t start = 0;
+  char state = 0;
+  if (!ncclinsp::detail::proc_start(pid, start, &state) || state == 'Z') return writer::dead;
+  timespec real{}, boot{};
+  ::clock_gettime(CLOCK_REALTIME, &real);
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  const double booted =
+      static_cast<double>(real.tv_sec - boot.tv_sec) + 1e-9 * static_cast<double>(real.tv_nsec - boot.tv_nsec);
+  const double started = booted + static_cast<double>(start) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return started > mtime + 2 ? writer::dead : writer::alive;  // started after the write: the pid was reused
+}
+
+/// Decides one state dump; returns true when it was removed.
+bool judge_state(int dfd, const std::string& dir, const std::string& name, const settings& s, const me& m) {
+  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (s.verbose)
+      std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(),
+                  errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
+    return false;
+  }
+  struct stat st {};
+  std::string head(4096, '\0'), why, host;
+  bool ours = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (ours) {
+    const ssize_t n = ::pread(fd, head.data(), head.size(), 0);
+    head.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  }
+  ::close(fd);
+  long pid = 0;
+  if (!ours) {
+    why = "not a regular file: not ours";
+  } else if (!starts_with(head, state_head)) {
+    why = "no ncclinsp-state header: not ours";
+  } else {
+    const auto at = head.find(",\"pid\":");
+    char* end = nullptr;
+    if (at != std::string::npos) pid = std::strtol(head.c_str() + at + 7, &end, 10);
+    if (pid <= 0 || name.find("-pid" + std::to_string(pid) + "-") == std::string::npos) {
+      ours = false;
+      why = "its pid is not the one in its name: not ours";
+    }
+  }
+  if (!ours) {
+    if (s.verbose) std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(), why.c_str());
+    return false;
+  }
+  const double mtime = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+  const double age = s.now - mtime;
+  const std::string who = "state dump of pid " + std::to_string(pid);
+  if (!json_text(head, "hostname", host) || host != m.host) {
+    if (s.verbose)
+      std::printf("kept %s/%s (%s: written on host \"%s\", not checkable here)\n", dir.c_str(), name.c_str(),
+                  who.c_str(), host.c_str());
+    return false;
+  }
+  if (state_writer(pid, mtime) == writer::alive) {
+    if (s.verbose) std::printf("kept %s/%s (%s: writer alive)\n", dir.c_str(), name.c_str(), who.c_str());
+    return false;
+  }
+  if (age >= s.state_max_age)
+    return unlink_same(dfd, name, st, s, dir, who + ": writer gone, last written " + age_text(age) + " ago");
+  if (s.verbose)
+    std::printf("kept %s/%s (%s: writer gone, %s old: evidence to collect)\n", dir.c_str(), name.c_str(), who.c_str(),
+                age_text(age).c_str());
+  return false;
+}
+
 /// A lock file whose .prom is gone and that nobody holds (empty, regular): removed while we hold it.
 void judge_lock(int dfd, const std::string& dir, const std::string& name, const settings& s) {
   const std::string prom = name.substr(1, name.size() - 1 - std::string_view(".lock").size());
@@ -217,11 +313,13 @@ int clean(const std::string& dir, const settings& s, const me& m) {
     ::close(dfd);
     return 2;
   }
-  std::vector<std::string> proms, temps, locks;
+  std::vector<std::string> proms, temps, locks, states;
   while (const dirent* e = ::readdir(d)) {
     const std::string_view n = e->d_name;
     if (starts_with(n, prefix) && ends_with(n, suffix))
       proms.emplace_back(n);
+    else if (n.size() > state_suffix.size() && n[0] != '.' && ends_with(n, state_suffix))
+      states.emplace_back(n);
     else if (n.size() > 1 && n[0] == '.' && starts_with(n.substr(1), prefix) && ends_with(n, ".prom.lock"))
       locks.emplace_back(n);
     else if (n.size() > 1 && n[0] == '.' && starts_with(n.substr(1), prefix) &&
@@ -232,8 +330,10 @@ int clean(const std::string& dir, const settings& s, const me& m) {
   for (const auto& n : proms)
     if (judge(dfd, dir, n, s, m, false)) judge_lock(dfd, dir, "." + n + ".lock", s);
   for (const auto& n : temps) judge(dfd, dir, n, s, m, true);
-  if (s.job.empty())
+  if (s.job.empty()) {
     for (const auto& n : locks) judge_lock(dfd, dir, n, s);
+    for (const auto& n : states) judge_state(dfd, dir, n, s, m);
+  }
   ::close(dfd);
   return 0;
 }
@@ -241,11 +341,15 @@ int clean(const std::string& dir, const settings& s, const me& m) {
 int usage(const char* argv0, int rc) {
   std::fprintf(
       rc ? stderr : stdout,
-      "usage: %s [--job KEY] [--grace S] [--stale-after S] [--dry-run] [--verbose] [--now T] [--every S] DIR...\n"
-      "Removes ncclinsp .prom files of ended and killed jobs from DIR (node_exporter's textfile directory).\n"
+      "usage: %s [--job KEY] [--grace S] [--stale-after S] [--state-max-age H] [--dry-run] [--verbose] [--now T]\n"
+      "          [--every S] DIR...\n"
+      "Removes ncclinsp .prom files of ended and killed jobs from DIR (node_exporter's textfile directory),\n"
+      "and state dumps (*.state.json) nobody collected.\n"
       "  --job KEY        also remove job KEY's files now, unless their writer is alive (a scheduler epilog)\n"
       "  --grace S        final files (the job ended normally) stay this long after their last export (120)\n"
       "  --stale-after S  files whose writer cannot be checked from here go this long after their last export (600)\n"
+      "  --state-max-age H  a state dump whose writer is gone (same host: its pid ended or was reused) goes\n"
+      "                   this many hours after its last write (24); --job never removes one\n"
       "  --dry-run        print what would be removed, remove nothing\n"
       "  --verbose        also say what is kept, and why\n"
       "  --now T          judge ages at Unix time T instead of the clock\n"
@@ -283,6 +387,13 @@ int main(int argc, char** argv) {
       s.verbose = true;
     } else if (a == "--job") {
       s.job = value("--job");
+    } else if (a == "--state-max-age") {
+      const char* v = value(argv[i]);
+      if (!number(v, s.state_max_age)) {
+        std::fprintf(stderr, "ncclinsp-cleaner: --state-max-age: expected a number of hours, got \"%s\"\n", v);
+        return usage(argv[0], 1);
+      }
+      s.state_max_age *= 3600;
     } else if (a == "--grace" || a == "--stale-after" || a == "--now" || a == "--every") {
       const char* v = value(argv[i]);
       double& out = a == "--grace" ? s.grace : a == "--stale-after" ? s.stale_after : a == "--now" ? s.now : s.every;

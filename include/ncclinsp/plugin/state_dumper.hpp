@@ -15,6 +15,10 @@
 ///    or the opt-in signal NCCLINSP_STATE_SIGNAL (dump_signal.hpp).
 /// NCCLINSP_STATE=0 turns it off; NCCLINSP_STATE_DIR overrides the directory (default: the dump
 /// directory, next to the .prom files).
+/// Lifetime: when the last communicator is finalized, the thread removes the files this process
+/// wrote (finalize waits for it at most 100 ms), unless NCCLINSP_PROM_KEEP_FILES=1, as the .prom
+/// files. A killed or hung process leaves its files: they are the evidence; ncclinsp-cleaner
+/// removes those of gone writers after its --state-max-age.
 /// Never blocks NCCL: the callbacks only store into their op's slot and history (no lock); add
 /// and remove (init and finalize) take the dumper's mutex, which its thread holds while it copies
 /// the state out (no I/O under it).
@@ -26,10 +30,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -59,6 +66,7 @@ struct state_dump_options {
   std::uint32_t max_kb = 1024;           ///< NCCLINSP_STATE_MAX_KB: bound of one file
   std::chrono::milliseconds poll{1000};  ///< the thread's period (not from the environment)
   std::uint32_t inflight_listed = 16;    ///< ops in flight listed per communicator (the oldest)
+  bool remove_at_end = true;             ///< NCCLINSP_PROM_KEEP_FILES=1: false (files stay after the last finalize)
 
   static state_dump_options from_env(const log_fn& log, const getenv_fn& get, std::string default_dir) {
     state_dump_options o;
@@ -69,6 +77,9 @@ struct state_dump_options {
     e.integer("NCCLINSP_STATE_WARN_S", o.warn_after_s, 1, 7 * 86400);
     e.integer("NCCLINSP_STATE_EVERY_S", o.every_s, 0, 7 * 86400);
     e.integer("NCCLINSP_STATE_MAX_KB", o.max_kb, 16, 1 << 20);
+    bool keep = false;  // env_options reports a malformed value: read quietly here
+    detail::env_reader([](log_level, std::string_view) {}, get).boolean("NCCLINSP_PROM_KEEP_FILES", keep);
+    o.remove_at_end = !keep;
     if (const char* v = e.raw("NCCLINSP_STATE_SIGNAL"); v && !dump_signal::parse(v, o.signal))
       e.warn("NCCLINSP_STATE_SIGNAL", v, "off, USR1, USR2 or RTMIN+n (signals with another use are refused)");
     return o;
@@ -116,11 +127,17 @@ class state_dumper {
   }
 
   /// The communicator is being finalized (cold, before its state is retired): no longer read.
-  /// The last one puts the previous signal action back.
-  void remove(const comm_state* cs) noexcept {
-    std::lock_guard lk(mu_);
+  /// The last one puts the previous signal action back and has the thread remove this process's
+  /// files (remove_at_end), waiting for that at most `wait` (no file I/O on the caller's thread).
+  void remove(const comm_state* cs, std::chrono::milliseconds wait = std::chrono::milliseconds(100)) noexcept {
+    std::unique_lock lk(mu_);
     std::erase_if(comms_, [cs](const entry& e) { return e.cs == cs; });
-    if (comms_.empty() && o_.signal) dump_signal::restore();
+    if (!comms_.empty()) return;
+    if (o_.signal) dump_signal::restore();
+    if (!o_.remove_at_end || !thread_.joinable() || stopping_) return;
+    const std::uint64_t gen = ++end_asked_;
+    cv_.notify_all();
+    cv_.wait_for(lk, wait, [&] { return end_done_ >= gen || stopping_; });
   }
 
   /// Stops the thread (cold; tests and private states: the process-wide one lives as long as the
@@ -187,14 +204,35 @@ class state_dumper {
   void run() noexcept {
     std::unique_lock lk(mu_);
     while (!stopping_) {
-      cv_.wait_for(lk, o_.poll, [this] { return stopping_; });
+      cv_.wait_for(lk, o_.poll, [this] { return stopping_ || end_asked_ != end_done_; });
       if (stopping_) break;
+      if (end_asked_ != end_done_) {
+        const std::uint64_t gen = end_asked_;
+        if (comms_.empty()) last_written_.clear();  // a later communicator starts with a heartbeat
+        const bool remove = comms_.empty();
+        lk.unlock();
+        if (remove) remove_files();
+        lk.lock();
+        end_done_ = gen;
+        cv_.notify_all();
+        continue;
+      }
       lk.unlock();
       try {
         tick();
       } catch (...) {}
       lk.lock();
     }
+  }
+
+  /// Unlinks the files this process wrote (the dumper's thread, after the last finalize).
+  void remove_files() noexcept {
+    std::lock_guard lk(write_mu_);
+    for (const auto& n : files_) {
+      if (::unlink((o_.dir + "/" + n).c_str()) != 0 && errno != ENOENT)
+        emit(log_, log_level::warn, "state dumps: cannot remove " + o_.dir + "/" + n + ": " + std::strerror(errno));
+    }
+    files_.clear();
   }
 
   /// One poll: which GPUs are due, their state copied under the lock, written after it.
@@ -349,6 +387,9 @@ class state_dumper {
       }
       if (fail_log_.succeeded()) emit(log_, log_level::info, "state dumps: writing " + o_.dir + " again");
       written_.fetch_add(1, std::memory_order_relaxed);
+      try {
+        files_.insert(name);
+      } catch (...) {}
       if (d.reason != "heartbeat")
         emit(log_, log_level::info, "state dump (" + d.reason + ") written to " + o_.dir + "/" + name);
     }
@@ -364,10 +405,12 @@ class state_dumper {
   std::map<std::string, std::uint64_t> last_written_;
   bool stopping_ = false;
   std::thread thread_;
-  std::uint64_t served_requests_ = 0;  // dumper thread
-  std::int64_t trigger_mtime_ = 0;     // dumper thread
-  std::mutex write_mu_;                // write(): the thread and dump_now
-  detail::failure_log fail_log_;       // under write_mu_
+  std::uint64_t served_requests_ = 0;           // dumper thread
+  std::int64_t trigger_mtime_ = 0;              // dumper thread
+  std::mutex write_mu_;                         // write(): the thread and dump_now
+  detail::failure_log fail_log_;                // under write_mu_
+  std::set<std::string> files_;                 // names written, under write_mu_
+  std::uint64_t end_asked_ = 0, end_done_ = 0;  // under mu_: last-finalize removals asked and done
   std::atomic<std::uint64_t> written_{0}, failed_{0};
 };
 
