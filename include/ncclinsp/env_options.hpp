@@ -55,7 +55,7 @@ struct env_options {
       labels;                        ///< NCCLINSP_LABELS=cluster=a,team=b (+ k8s_namespace/k8s_pod)
   bool user_tag_label = false;       ///< NCCLINSP_USER_TAG_LABEL: v7 user tags become a bounded label
   std::string cuda_driver;           ///< NCCLINSP_CUDA_DRIVER: driver library to dlopen (default libcuda.so.1)
-  bool keep_prom_files = false;      ///< NCCLINSP_PROM_KEEP_FILES=1 leaves the final .prom files (for a cleaner)
+  bool keep_prom_files = false;      ///< NCCLINSP_PROM_KEEP_FILES=1 leaves the final .prom and state files
   std::uint64_t json_max_bytes = 0;  ///< NCCLINSP_JSON_MAX_BYTES: rotate the JSON file past this size
   std::uint64_t record_buffer_mb =
       64;  ///< NCCLINSP_RECORD_BUFFER_MB: per-op record ring of a recording thread grows up to this (MiB)
