@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -181,6 +182,21 @@ TEST_CASE("state dump: a known op history and the ops in flight, read back") {
   CHECK(files == 1);
   CHECK(slurp(path).find("\"reason\":\"trigger\"") != std::string::npos);
   d.remove(&rc.cs);
+}
+
+TEST_CASE("state dump: an op's identity packs hostile descriptor values without overflow") {
+  using ncclinsp::plugin::op_ident;
+  // NCCL's peer is an int: INT_MAX (a fuzzer's value) must pack without signed overflow, which a
+  // constant expression may not have (the compiler rejects it) and UBSan reports at run time.
+  static_assert(op_ident::pack_xfer(1, true, std::numeric_limits<std::int32_t>::max()) != 0);
+  for (const std::int32_t peer :
+       {-1, 0, 7, std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min()}) {
+    const std::uint64_t x = op_ident::pack_xfer(~std::uint64_t{0}, true, peer);
+    CHECK(op_ident::bytes(x) == op_ident::low40);  // capped, not wrapped
+    CHECK(op_ident::bytes_valid(x));
+    if (peer >= -1 && peer < (1 << 23) - 1) CHECK(op_ident::peer(x) == peer);
+  }
+  CHECK_FALSE(op_ident::bytes_valid(op_ident::pack_xfer(5, false, 3)));
 }
 
 TEST_CASE("state dump: bounded size, whole communicators only, most urgent first") {

@@ -41,7 +41,7 @@ struct op_ident {
   }
   static constexpr std::uint64_t pack_xfer(std::uint64_t bytes, bool bytes_valid, std::int32_t peer) noexcept {
     return (bytes_valid ? (bytes < low40 ? bytes : low40) : 0) |
-           static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer + 1) & 0x7FFFFF) << 40 |
+           static_cast<std::uint64_t>((static_cast<std::uint32_t>(peer) + 1u) & 0x7FFFFF) << 40 |
            static_cast<std::uint64_t>(!bytes_valid) << 63;
   }
   static constexpr bool is_set(std::uint64_t id) noexcept { return (id & set) != 0; }
