@@ -79,7 +79,11 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
   cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded nccl_conformance
   stage "asan+ubsan: test"
-  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)|nccl_conformance):"
+  run_ctest build-rel-asan -R "^test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded):"
+  # nccl_conformance without LeakSanitizer: in the forked child of some cases its tracer crashes
+  # (signal 11, no leak reported), which case depending on the binary's layout; ASan and UBSan
+  # still check every case, and the suites above check leaks through the same plugin.
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" run_ctest build-rel-asan -R "^nccl_conformance:"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
