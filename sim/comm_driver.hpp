@@ -263,6 +263,17 @@ class comm_driver {
     visit([&](const auto& e) { detail::complete_channels(e, p, std::span<const kernel_time>(&t, 1), false); });
   }
 
+  /// A hung op whose network proxies posted their steps and stalled (--net-stall): KernelCh starts, ProxyOps
+  /// and each step's states up to the one it stays in (`stuck`: later ones at `never_ns`), nothing stopped;
+  /// emitted at their times through `wait`, as `complete_timed`.
+  template <class Wait>
+  void start_only(const pending_op& p, std::uint64_t start_ns, std::span<const proxy_plan> stuck, Wait&& wait) {
+    if (!active_ || lib_->unloaded()) return;
+    const kernel_time t{start_ns, never_ns};
+    const timed_op op{&p, std::span<const kernel_time>(&t, 1), stuck};
+    visit([&](const auto& e) { detail::complete_timed(e, std::span<const timed_op>(&op, 1), wait); });
+  }
+
   /// A PXN ProxyOp progressed in this process on behalf of another: `proxyOp.pid` = `pid`, and both
   /// `parentObj` and the context pointer are addresses from the other process (never dereference them).
   void foreign_proxy_op(pid_t pid, std::uint8_t channel, int peer, int rank,

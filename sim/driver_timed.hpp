@@ -35,7 +35,7 @@ enum : std::uint8_t {
 };
 
 /// Every event of a group's ops, sorted by time (ties: ProxyOp start, KernelCh start, step states, ProxyOp
-/// stop, KernelCh stop).
+/// stop, KernelCh stop); events at `never_ns` never come (a hung op's stops, a stalled step's later states).
 class timed_events {
  public:
   static constexpr std::size_t cap =
@@ -53,7 +53,7 @@ class timed_events {
  private:
   void add(std::uint64_t t, std::uint8_t kind, std::size_t op, std::size_t idx, int step) {
     static constexpr std::uint8_t prio[] = {0, 1, 2, 2, 2, 2, 3, 4};
-    if (n_ < cap)
+    if (t != never_ns && n_ < cap)
       ev_[n_++] = timed_event{t, prio[kind], kind, std::uint8_t(op), std::uint8_t(step), std::uint16_t(idx)};
   }
   void add_op(const timed_op& to, std::size_t o) {

@@ -115,6 +115,8 @@ struct kernel_time {
   std::uint64_t start_ns = 0;  ///< GPU %globaltimer at work start
   std::uint64_t stop_ns = 0;   ///< GPU %globaltimer at work end
 };
+/// A time that never comes: a hung kernel's stop, a stalled ProxyStep's later states (no event is emitted).
+inline constexpr std::uint64_t never_ns = ~std::uint64_t(0);
 
 /// When one ProxyStep changes state (src/transport/net.cc), on the caller's clock:
 ///  send: post = start + SendGPUWait, ready = SendPeerWait (the GPU produced the chunk), sent = SendWait

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 namespace ncclinsp::sim::job {
 
@@ -72,15 +73,28 @@ struct step_s {
 };
 inline constexpr int nccl_steps = 8;          // NCCL_STEPS: slots (and requests in flight) per connection
 inline constexpr double proxy_poll_s = 2e-6;  // up to one progress-loop pass between a completion and its test
-inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer,
-                      bool is_send, double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
-  const options& o = m.o;
-  const int n_comm = comm_size(o, op.comm);
+/// A connection's share of op `op`: its number of steps, their bytes, and how many of the first carry the
+/// sender's own data. P2P moves only its own data; a ring's first of R ring steps (AllGather/ReduceScatter
+/// n-1, AllReduce 2(n-1)) is the sender's own data, the rest is forwarded from its in-edge.
+struct step_split {
+  int n, own;
+  std::size_t bytes;
+};
+inline step_split split_steps(const model& m, const sim_op& op) {
+  const int n_comm = comm_size(m.o, op.comm);
   const traffic tr = traffic_of(op, n_comm);
   const int nch = std::clamp<int>(op.n_channels, 1, int(max_channels));
   const double wire = tr.size_bytes * tr.factor / nch;
   const int n = std::clamp(int((wire + chunk_bytes - 1) / chunk_bytes), 1, max_proxy_steps);
-  step_bytes = std::size_t(wire / n);
+  const int ring_steps = std::max(1, op.func == nccl_func::all_reduce ? 2 * (n_comm - 1) : n_comm - 1);
+  return {n, op.p2p_dir != 0 ? n : std::max(1, (n + ring_steps - 1) / ring_steps), std::size_t(wire / n)};
+}
+inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int channel, int self, int peer,
+                      bool is_send, double a_self, double a_peer, step_s* out, std::size_t& step_bytes) {
+  const options& o = m.o;
+  const step_split sp = split_steps(m, op);
+  const int n = sp.n, own = sp.own;
+  step_bytes = sp.bytes;
   const int G = o.gpus, local = self % G, N = o.nodes;
   const int src = (is_send ? self : peer) / G, dst = (is_send ? peer : self) / G;
   const int ch = (op.channel_lo >= 0 ? op.channel_lo : 0) + channel;
@@ -96,11 +110,7 @@ inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int c
   };
   const double edge = edge_factor(src, dst);
   const double x = d * std::min(1.0, pace / edge);
-  // P2P moves only its own data; a ring's first of R ring steps (AllGather/ReduceScatter n-1, AllReduce
-  // 2(n-1)) is the sender's own data, the rest is forwarded from its in-edge (the previous node's).
   const bool p2p = op.p2p_dir != 0;
-  const int ring_steps = std::max(1, op.func == nccl_func::all_reduce ? 2 * (n_comm - 1) : n_comm - 1);
-  const int own = p2p ? n : std::max(1, (n + ring_steps - 1) / ring_steps);
   const bool bottleneck = !p2p && N > 1 && edge < 0.99 * edge_factor((src + N - 1) % N, src);
   const double a_s = is_send ? a_self : a_peer, a_r = is_send ? a_peer : a_self;
   double done[max_proxy_steps] = {}, consumed[max_proxy_steps] = {};
@@ -129,6 +139,24 @@ inline int step_times(const model& m, const sim_op& op, const rank_op& ro, int c
     }
   }
   return n;
+}
+
+/// Step times of one connection of an op the network stall holds (--net-stall: every member launched it,
+/// the fabric delivers nothing): a send step is posted at launch (all of them: n <= NCCL_STEPS); its data is
+/// ready at launch where it is the sender's own, never where it would be forwarded from the in-edge (stalled
+/// too); its isend is accepted once the receiver has posted its buffer (the receiver's launch) and never
+/// completes. A recv step is posted at launch and its data never arrives. `never`: a state not reached.
+inline constexpr double never = std::numeric_limits<double>::infinity();
+inline int stuck_step_times(const model& m, const sim_op& op, bool is_send, double a_self, double a_peer, step_s* out,
+                            std::size_t& step_bytes) {
+  static_assert(max_proxy_steps <= nccl_steps, "every step of a connection is posted at launch");
+  const step_split sp = split_steps(m, op);
+  step_bytes = sp.bytes;
+  for (int k = 0; k < sp.n; ++k) {
+    const double ready = is_send && k < sp.own ? a_self : never;
+    out[k] = step_s{a_self, ready, ready == never ? never : std::max(ready, a_peer), never};
+  }
+  return sp.n;
 }
 
 }  // namespace ncclinsp::sim::job

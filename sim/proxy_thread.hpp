@@ -58,7 +58,13 @@ inline void proxy_thread(run_context& ctx, rank_state& r) {
     comm_driver& c = *r.comms[std::size_t(cur.comm)];
     if (cur.start_only) {
       clk.wait_until(double(cur.start_ns - clk.base_ns) / 1e9, ctx.stop);
-      c.start_only(cur.op, cur.start_ns);
+      if (cur.n_plans == 0) {
+        c.start_only(cur.op, cur.start_ns);
+      } else {
+        const sim_clock_off off;
+        c.start_only(cur.op, cur.start_ns, std::span<const proxy_plan>(cur.plans.data(), std::size_t(cur.n_plans)),
+                     wait);
+      }
       continue;
     }
     const int nch = std::min<int>(cur.op.n_channels, int(max_channels));

@@ -27,6 +27,7 @@ struct rank_op {
   std::array<double, max_channels> ch_end{};   ///< each channel's common end, s
   std::array<double, max_channels> ch_stop{};  ///< this rank's KernelCh stop per channel index
   bool hung = false;                           ///< started, never completes
+  bool net_stalled = false;                    ///< hung because the network stopped: every member is inside
 };
 
 /// Every rank's ops of one step, computed for the whole job:
@@ -122,8 +123,9 @@ class timeline {
   /// Whether a group that starts its data flow at t0 on these members would be struck while it runs: a
   /// member's process dies before its end, or the network stalls (network communicators only). The ops of a
   /// collective group run one after the other, a P2P pair's Send and Recv (`concurrent`) side by side.
+  /// `net` (optional) is set when the network stall is what strikes it.
   bool struck(u64 s, std::size_t gi, const std::vector<int>& members, int local, int n0, int n1, double t0, u64 inst,
-              bool concurrent = false) const {
+              bool concurrent = false, bool* net = nullptr) const {
     if (!faults_.any_in_op()) return false;
     const sim_group& g = m_.program[gi];
     double end = t0;
@@ -134,7 +136,10 @@ class timeline {
       channel_ends(s, gi, oi, local, n0, n1, concurrent ? t0 : end, inst, ends, e);
       end = std::max(end, e);
     }
-    if (comm_network(m_.o, g.ops.front().comm) && faults_.net_stalls(end)) return true;
+    if (comm_network(m_.o, g.ops.front().comm) && faults_.net_stalls(end)) {
+      if (net) *net = true;
+      return true;
+    }
     return std::any_of(members.begin(), members.end(),
                        [&](int r) { return faults_.dies_in(r, arr_[std::size_t(r)], end); });
   }
@@ -193,7 +198,8 @@ class timeline {
     }
     const int local = m_.o.gpus > 0 ? members.front() % m_.o.gpus : 0;
     const int n0 = members.front() / m_.o.gpus, n1 = members.back() / m_.o.gpus;
-    if (!hung) hung = struck(s, gi, members, local, n0, n1, t0, u64(members.front()));
+    bool net = false;
+    if (!hung) hung = struck(s, gi, members, local, n0, n1, t0, u64(members.front()), false, &net);
     if (hung) {
       for (int r : members) {
         if (blocked(r)) continue;
@@ -203,6 +209,7 @@ class timeline {
           ro.op = int(oi);
           ro.start = arr_[std::size_t(r)];
           ro.hung = true;
+          ro.net_stalled = net;
           ops_[std::size_t(r)].push_back(ro);
         }
       }
@@ -242,8 +249,9 @@ class timeline {
         const int a = k * G + l, b = (k + 1) * G + l;
         if (blocked(a) && blocked(b)) continue;
         const double t0 = std::max(blocked(a) ? 0.0 : arr_[std::size_t(a)], blocked(b) ? 0.0 : arr_[std::size_t(b)]);
+        bool net = false;
         const bool hung = blocked(a) || blocked(b) || hangs_now(a) || hangs_now(b) ||
-                          struck(s, gi, {a, b}, l, k, k + 1, t0, u64(a), true);
+                          struck(s, gi, {a, b}, l, k, k + 1, t0, u64(a), true, &net);
         for (std::size_t oi = 0; oi < g.ops.size(); ++oi) {
           const sim_op& op = g.ops[oi];
           const int r = op.p2p_dir > 0 ? a : b;  // the send runs on a, the matching recv on b
@@ -254,6 +262,7 @@ class timeline {
           ro.start = arr_[std::size_t(r)];
           if (hung) {
             ro.hung = true;
+            ro.net_stalled = net;
             newly[std::size_t(r)] = 1;
           } else {
             channel_ends(s, gi, oi, l, k, k + 1, t0, u64(a), ro.ch_stop, ro.end);

@@ -33,7 +33,8 @@ namespace ncclinsp::sim::app {
   for (;;) ::kill(::getpid(), SIGKILL);
 }
 
-/// The rank's network ProxyOps of one op with their step times (job::connections / job::step_times).
+/// The rank's network ProxyOps of one op with their step times (job::connections / job::step_times; an op
+/// the network stall holds: job::stuck_step_times, states never reached at never_ns).
 inline void add_plans(const run_context& ctx, const rank_state& r, const timeline& tl, const rank_op& ro,
                       const sim_op& op, proxy_item& it) {
   const model& m = ctx.m;
@@ -41,9 +42,10 @@ inline void add_plans(const run_context& ctx, const rank_state& r, const timelin
   connection conns[2 * max_channels];
   const int nc = connections(m, op, r.global, conns, int(std::size(conns)));
   step_s st[max_proxy_steps];
+  auto ns = [&](double t) { return t == job::never ? never_ns : clk.gpu_ns(t); };
   for (int i = 0; i < nc && it.n_plans < int(it.plans.size()); ++i) {
     const connection& cn = conns[i];
-    const bool first = ro.op == 0 || op.p2p_dir != 0;
+    const bool first = ro.op == 0 || op.p2p_dir != 0 || ro.hung;
     const double a_self = ro.start, a_peer = first ? tl.arrival(ro.group, cn.peer_global) : ro.t0;
     proxy_plan& pl = it.plans[std::size_t(it.n_plans++)];
     pl = proxy_plan{};
@@ -51,11 +53,11 @@ inline void add_plans(const run_context& ctx, const rank_state& r, const timelin
     pl.is_send = cn.is_send;
     pl.peer = cn.peer_comm_rank;
     pl.start = clk.gpu_ns(a_self);
-    pl.n_steps =
-        step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st, pl.step_bytes);
+    pl.n_steps = ro.hung ? stuck_step_times(m, op, cn.is_send, a_self, a_peer, st, pl.step_bytes)
+                         : step_times(m, op, ro, cn.channel, r.global, cn.peer_global, cn.is_send, a_self, a_peer, st,
+                                      pl.step_bytes);
     for (int k = 0; k < pl.n_steps; ++k)
-      pl.steps[k] = proxy_step_times{clk.gpu_ns(st[k].post), clk.gpu_ns(st[k].ready), clk.gpu_ns(st[k].sent),
-                                     clk.gpu_ns(st[k].done)};
+      pl.steps[k] = proxy_step_times{ns(st[k].post), ns(st[k].ready), ns(st[k].sent), ns(st[k].done)};
   }
 }
 
@@ -146,6 +148,8 @@ inline void training_user_thread(run_context& ctx, rank_state& r) {
         if (ro.hung) {
           it.start_only = true;  // the kernel starts and never ends (NCCL's peers spin in it)
           hung = true;
+          // A network stall: the op's proxies posted their steps, which stop advancing.
+          if (ro.net_stalled && it.op.network && (it.op.mask & gate::proxy_op)) add_plans(ctx, r, tl, ro, op, it);
         } else {
           it.stop_ns = clk.gpu_ns(ro.end);
           for (std::size_t ch = 0; ch < max_channels; ++ch) {
