@@ -78,7 +78,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import promapi as P  # noqa: E402
 
-SKIP = 77
 # The fault schedule (simulated seconds == wall seconds at --speed 1).
 HANG_RANK, HANG_AT, HANG_GPUS = 1, 10, 2   # the hang job: 1 node x HANG_GPUS GPUs
 NET = (35, 126, 50)         # t0, t1, percent
@@ -650,21 +649,8 @@ def main():
     a = ap.parse_args()
     if a.nodes < 2 or a.gpus < 2:
         ap.error("needs at least 2 nodes x 2 GPUs")
-    need = [("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter"),
-            ("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")]
-    if a.backend != "victoriametrics":
-        need.append(("PROMETHEUS_BIN", "/usr/bin/prometheus"))
-    if a.backend != "prometheus":
-        need += [("VM_BIN", "/usr/bin/victoria-metrics"), ("VMAGENT_BIN", "/usr/bin/vmagent"),
-                 ("VMALERT_BIN", "/usr/bin/vmalert")]
-    for env, b in need:
-        if not os.access(os.environ.get(env, b), os.X_OK):
-            print(f"FAIL: {b} not installed (scripts/test.sh installs it)")
-            return 1
-    for f in (a.plugin, a.sim):
-        if not os.path.exists(f):
-            print(f"SKIP: {f} not built")
-            return SKIP
+    if (rc := P.missing_inputs(a.backend, [a.plugin, a.sim])) is not None:
+        return rc
     t_start = time.monotonic()
     root = a.root or tempfile.mkdtemp(prefix="ncclinsp-e2e-")
     os.makedirs(root, exist_ok=True)

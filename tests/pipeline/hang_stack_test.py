@@ -46,7 +46,6 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import promapi as P  # noqa: E402
 
-SKIP = 77
 NODES, GPUS = 4, 2
 SCRAPE = "5s"
 FAST = {"warn": 20, "page": 45, "fault": 30}
@@ -83,17 +82,8 @@ def main():
     ap.add_argument("--root", help="work dir (default: a temp dir, removed on success)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir")
     a = ap.parse_args()
-    need = [("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter"), ("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")]
-    need += ([("PROMETHEUS_BIN", "/usr/bin/prometheus")] if a.backend == "prometheus" else
-             [("VM_BIN", "/usr/bin/victoria-metrics"), ("VMAGENT_BIN", "/usr/bin/vmagent"), ("VMALERT_BIN", "/usr/bin/vmalert")])
-    for env, b in need:
-        if not os.access(os.environ.get(env, b), os.X_OK):
-            print(f"FAIL: {b} not installed (scripts/test.sh installs it)")
-            return 1
-    for f in (a.plugin, a.sim):
-        if not os.path.exists(f):
-            print(f"SKIP: {f} not built")
-            return SKIP
+    if (rc := P.missing_inputs(a.backend, [a.plugin, a.sim])) is not None:
+        return rc
     t_start = time.monotonic()
     root = a.root or tempfile.mkdtemp(prefix="ncclinsp-hang-")
     nodes = [f"node{k}" for k in range(NODES)]

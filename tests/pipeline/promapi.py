@@ -163,6 +163,28 @@ class Prom:
         return self.wait_for(ok, timeout, interval=1.0, what=f"alert {name} {labels} {state}")
 
 
+def missing_inputs(backend: str, built: list[str]) -> int | None:
+    """Before a real-stack test: the servers scripts/stack.sh starts for `backend` (prometheus,
+    victoriametrics or both; $NODE_EXPORTER_BIN etc. override the Debian paths) and the files it needs
+    built. 1 (fail) where a server is missing, 77 (skip) where a file is not built, else None."""
+    need = [("NODE_EXPORTER_BIN", "/usr/bin/prometheus-node-exporter"),
+            ("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")]
+    if backend != "victoriametrics":
+        need.append(("PROMETHEUS_BIN", "/usr/bin/prometheus"))
+    if backend != "prometheus":
+        need += [("VM_BIN", "/usr/bin/victoria-metrics"), ("VMAGENT_BIN", "/usr/bin/vmagent"),
+                 ("VMALERT_BIN", "/usr/bin/vmalert")]
+    for env, b in need:
+        if not os.access(os.environ.get(env, b), os.X_OK):
+            print(f"FAIL: {b} not installed (scripts/test.sh installs it)")
+            return 1
+    for f in built:
+        if not os.path.exists(f):
+            print(f"SKIP: {f} not built")
+            return 77
+    return None
+
+
 @contextlib.contextmanager
 def stack(root: str, nodes: list[str], scrape: str = "1s", extra_args: list[str] | None = None,
           timeout: float = 40):
