@@ -95,6 +95,10 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--recv-step-restarts", o.recv_restarts, "each recv ProxyStep is re-started N times first")
       ->check(CLI::Range(0, 16));
+  app.add_option("--drop-kernel-ch", o.drop_kernel_ch,
+                 "NCCL's profiler thread fails to allocate every Nth KernelCh op: its KernelCh never come "
+                 "(a release with that behaviour: --nccl 2.31.2)")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--truth", o.truth, "write the kernels' true GPU time per rank, comm, function and size (JSON lines)");
   app.add_option("--truth-ops", o.truth_ops, "write every op's true GPU span (JSON lines; short runs)");
   app.add_option("--seed", o.seed, "jitter / hash seed");
@@ -299,6 +303,12 @@ std::optional<int> parse_command_line(int argc, char** argv, options& o) {
     if (!o.nccl) return std::fprintf(stderr, "bad --nccl %s (2.27, 2.28, 2.30, 2.31.2)\n", nccl.c_str()), 2;
     if (o.abi == 0) o.abi = o.nccl->abi;
   }
+  if (o.drop_kernel_ch > 0 &&
+      !(o.nccl && nccl_profile::of(o.nccl, o.abi, false).has(nccl_behaviour::kernel_ch_dropped_on_alloc_failure)))
+    return std::fprintf(stderr,
+                        "--drop-kernel-ch: NCCL drops KernelCh on an allocation failure from 2.31.2 on (profiler.cc "
+                        "profilerEnqueueOp); give --nccl 2.31.2\n"),
+           2;
   o.serving = workload == "serving";
   o.cases = workload == "cases";
   o.alltoall = workload == "alltoall";

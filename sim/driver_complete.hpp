@@ -49,6 +49,7 @@ template <int V>
 void kernel_phases(const emitter<V>& e, void* kernel_ch, std::uint8_t ch, const kernel_time& kt,
                    typename emitter<V>::descr& d) {
   if constexpr (V >= 7) {
+    if (!kernel_ch) return;  // a dropped KernelCh op (emitter::kernel_ch) gets no phases either
     static constexpr const char* names[3] = {"initial_sync", "compute", "final_sync"};
     const std::uint64_t len = kt.stop_ns > kt.start_ns ? kt.stop_ns - kt.start_ns : 0;
     const std::uint64_t b[4] = {kt.start_ns, kt.start_ns + len / 20, kt.stop_ns - len / 20, kt.stop_ns};

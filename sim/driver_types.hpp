@@ -165,5 +165,12 @@ struct comm_config {
   /// keep (nccl_profile::of says which behaviours each reproduces).
   const nccl_release* release = nullptr;
   int recv_step_restarts = 0;  ///< a recv ProxyStep is re-started this many times (irecv gave no request)
+  /// --drop-kernel-ch N (releases with nccl_behaviour::kernel_ch_dropped_on_alloc_failure): NCCL's
+  /// profiler thread fails to allocate every Nth KernelCh op (profilerEnqueueOp), whose start and stop
+  /// then never come; 0: never.
+  int drop_kernel_ch = 0;
+  /// KernelCh ops allocated so far: the proxy thread's (it stands for the profiler thread, one per
+  /// communicator; emitter::kernel_ch).
+  mutable std::uint64_t kernel_ch_ops = 0;
 };
 }  // namespace ncclinsp::sim

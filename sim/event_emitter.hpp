@@ -130,7 +130,13 @@ struct emitter {
     return proxy_step(d, proxy_op_handle, rank, step);
   }
 
+  /// A KernelCh start; nullptr where NCCL's profiler thread could not allocate the op (--drop-kernel-ch:
+  /// profilerEnqueueOp counts it dropped, the channel's work counter still advanced), so neither its
+  /// start nor its stop comes (kernel_ch_stop, kernel_phases and stop skip a NULL handle).
   void* kernel_ch(descr& d, void* task, std::uint8_t channel, std::uint64_t start_ns) const {
+    if (cfg.drop_kernel_ch > 0 && prof.has(nccl_behaviour::kernel_ch_dropped_on_alloc_failure) &&
+        ++cfg.kernel_ch_ops % std::uint64_t(cfg.drop_kernel_ch) == 0)
+      return nullptr;
     clear(d);
     d.type = abi::ev_kernel_ch;
     d.parentObj = task;

@@ -129,6 +129,7 @@ struct options {
   bool nonblocking = false;         ///< non-blocking communicators: eager launches from an async group thread
   double abort_at = -1;             ///< every rank aborts at this simulated second (ops left open)
   int recv_restarts = 0;            ///< each recv ProxyStep re-started this many times
+  int drop_kernel_ch = 0;           ///< the profiler thread fails to allocate every Nth KernelCh op (0: never)
   std::string truth;                ///< --truth FILE: kernels' true GPU time summed per rank, comm, function, size
   std::string truth_ops;            ///< --truth-ops FILE: one line per op (short runs)
   bool verbose = false;

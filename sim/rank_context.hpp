@@ -105,6 +105,7 @@ struct run_context {
     c.mask_override = o.mask_override;
     c.release = o.nccl;
     c.recv_step_restarts = o.recv_restarts;
+    c.drop_kernel_ch = o.drop_kernel_ch;
     return c;
   }
 };

@@ -238,3 +238,49 @@ TEST_CASE(
   CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == 8);
   CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
 }
+
+// ---- KernelCh NCCL drops ---------------------------------------------------------------------------
+
+TEST_CASE(
+    "2.31.2 KernelCh dropped on an allocation failure - settled by a later plan, no false hang - "
+    "plugin/profiler.cc profilerEnqueueOp",
+    "[conformance][dropped]") {
+  const auto& rel = sim::release_2_31_2;
+  constexpr int ops = 31, channels = 2, every = 3;
+  // The profiler thread allocates the KernelCh ops in order (two per op) and fails every third: an op
+  // keeps its timing only when neither of its two is dropped. The last op is not dropped, so every
+  // dropped op has a later plan.
+  int timed = 0;
+  for (int i = 0; i < ops; ++i) timed += (channels * i + 1) % every != 0 && (channels * i + 2) % every != 0;
+  REQUIRE((channels * (ops - 1) + 1) % every != 0);
+  REQUIRE((channels * (ops - 1) + 2) % every != 0);
+  const std::string dir = fresh_dir("conf_dropped");
+  REQUIRE(in_child(env_for(dir), [&] {
+            job j(rel);
+            auto cfg = comm_cfg(rel, 0x72, "dropped");
+            cfg.drop_kernel_ch = every;
+            sim::comm_driver c(j.lib, cfg);
+            for (int i = 0; i < ops; ++i) {
+              const auto p = c.enqueue(all_reduce(8u << 20, channels, 0));
+              c.complete(p, span(t0 + std::uint64_t(i) * 1000 * us, 300 * us, channels));
+            }
+            // Before finalize: nothing left in flight, no in-flight age (the hang signal).
+            const bool settled = eventually(dir, [&](const std::string& t) {
+              return total(t, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == ops - timed &&
+                     total(t, "ncclinsp_inflight_ops") == 0 && total(t, "ncclinsp_oldest_inflight_age_seconds") == 0;
+            });
+            c.finalize();
+            return settled ? 0 : 4;
+          }) == 0);
+  const std::string text = slurp(files_in(dir, ".prom").at(0));
+  INFO(text.substr(0, 3000));
+  CHECK(total(text, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == ops - timed);
+  CHECK(total(text, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == timed);
+  CHECK(total(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) ==
+        Approx(timed * 300e-6).epsilon(0.01));
+  CHECK(total(text, "ncclinsp_bus_bytes_total", {"collective=\"AllReduce\""}) /
+            total(text, "ncclinsp_busy_seconds_total", {"collective=\"AllReduce\""}) / 1e9 ==
+        Approx(ar_busbw(8u << 20, 4, 300 * us)).epsilon(0.01));
+  CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
+  CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+}

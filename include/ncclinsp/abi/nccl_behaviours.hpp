@@ -300,13 +300,27 @@ inline constexpr nccl_behaviour_row nccl_behaviours[] = {
      .conformance = "Coll events from three threads",
      .sim = "the proxy thread stands for it"},
     {.id = nccl_behaviour::kernel_ch_dropped_on_alloc_failure,
-     .what = "A KernelCh whose op the profiler thread cannot allocate is dropped: the channel's counter still "
-             "advances, its KernelCh never come (INFO \"dropping KernelCh op after allocation failure\")",
+     .what = "A KernelCh op (one channel of a Coll/P2p) the profiler thread cannot allocate is dropped: the "
+             "channel's work counter still advances, that channel's KernelCh start and stop never come, the "
+             "op's other channels and its Coll/P2p stop still do (INFO \"dropping KernelCh op after allocation "
+             "failure\"). Later ops' KernelCh start in post order: the thread's list is FIFO and each pass starts "
+             "an op once its slot counter reaches its own, so an earlier op's start can follow a later one's only "
+             "within one pass (the device ran both works between its two reads)",
      .from = 23102,
-     .nccl = "plugin/profiler.cc profilerEnqueueOp (profilerAllocOp returns nullptr: droppedOps++), "
-             "profilerPostWorkInternal (bumps workCounter even then)",
-     .plugin = "not told apart: the op stays in flight (its age grows) and is counted abandoned at finalize",
-     .sim = "not reproduced"},
+     .sim_reads = true,
+     .nccl = "plugin/profiler.cc profilerEnqueueOp (profilerAllocOp returns nullptr: droppedOps++, nothing "
+             "enqueued), ncclProfilerPostPlanWork / profilerPostWorkInternal (++workCounter[c] before, even then), "
+             "profilerProgressOps (walks pt->active in post order, starts an op at wc <= slot counter); "
+             "enqueue/enqueue.cc hostStreamPlanTask (Group start, Coll/P2p starts, PostPlanWork, Coll/P2p stops, "
+             "Group stop: the stops come whatever the thread drops)",
+     .plugin = "ABI 7: each plan's Group gets its own handle; an op of an earlier plan still short of KernelCh "
+               "starts when a later plan's first KernelCh starts on its communicator is settled, never GPU-timed "
+               "(comm_state::plan_order_enqueue, event_adapter::next_plan). Left in flight: an op of the "
+               "communicator's last plan (until the next plan or finalize), every op on a communicator whose "
+               "plans come from two threads, and through a shim (counted abandoned at finalize)",
+     .reason = "no_kernel_events",
+     .conformance = "KernelCh dropped on an allocation failure",
+     .sim = "--drop-kernel-ch N (comm_config::drop_kernel_ch, emitter::kernel_ch)"},
     {.id = nccl_behaviour::coll_from_three_threads,
      .what = "Coll/P2p come from the user thread, a CUDA host-callback thread (replays) and the async group "
              "thread (non-blocking communicators)",

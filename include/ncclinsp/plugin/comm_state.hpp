@@ -51,6 +51,9 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint64_t> ch_seen{0};       // record(22) per channel id mod 64 (ops of <= 64 channels)
   std::atomic<std::uint64_t> ch_stop_seen{0};  // stopEvent per channel id (traces on: the stop ends it)
   std::atomic<filter_reason> ts_reject{no_filter};
+  /// Its plan's place in the communicator's order (ABI 7, plan_order): base << 8 | channels awaited;
+  /// 0: not numbered. Written at its start, before NCCL has its handle; read by its channel thread.
+  std::atomic<std::uint64_t> plan_key{0};
   filter_reason settle = no_filter;  // why no KernelCh can come for the op (no_filter: they can); set at start
   bool replay = false;               // a CUDA-graph replay (parentObj: a captured CollApi/P2pApi); set at start
   std::uint32_t expected_ch = 0;     // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
@@ -135,6 +138,32 @@ struct traced_op {
   }
 };
 
+/// The order of a communicator's plans, by which the KernelCh NCCL drops are told apart (2.31.2+,
+/// ABI 7: its profiler thread drops the KernelCh of an op it cannot allocate, and the channel's work
+/// counter still advances; nccl_behaviour::kernel_ch_dropped_on_alloc_failure). Each plan's Group
+/// gets its own handle (event_adapter::plan_handle), which its Coll/P2p carry as parentGroup. An op
+/// that awaits KernelCh gets the key of its plan: base = 1 + the channels awaited by every op of
+/// earlier plans. The profiler thread starts KernelCh in post order and a communicator's kernels run
+/// one after the other, so when a later plan's first KernelCh starts, every KernelCh of earlier plans
+/// has started: a shortfall is KernelCh NCCL dropped, and their ops are settled (event_adapter::next_plan).
+/// One pass of that thread can read a later op's slot after an earlier one's: an earlier op's KernelCh
+/// that comes after a later plan's finds its op settled (counted no_kernel_events, never a wrong number).
+/// An op of a communicator's last plan has no later plan: it waits for the next one, or finalize.
+/// Enqueue side: written by the thread that starts the plan's ops (one at a time per communicator;
+/// plans from a second thread turn the order off for good: `unordered`).
+struct alignas(detail::cache_line) plan_order_enqueue {
+  std::atomic<const void*> group{nullptr};  // the Group handle of the last plan numbered
+  std::atomic<std::uint32_t> thread{0};     // the tag of the thread that started it (its handle's gen)
+  std::atomic<bool> unordered{false};       // plans came from two threads: no order to read
+  std::atomic<std::uint64_t> base{1};       // the last plan's base
+  std::atomic<std::uint64_t> sum{1};        // 1 + the channels awaited by every op numbered
+};
+/// Channel side: written by the communicator's channel thread (its profiler thread) only.
+struct alignas(detail::cache_line) plan_order_channels {
+  std::atomic<std::uint64_t> base{0};   // the latest plan a KernelCh started in
+  std::atomic<std::uint64_t> count{1};  // 1 + the KernelCh started of ops of plans up to it
+};
+
 /// One communicator on this rank: its in-flight op table (plus traces), its proxy step pool.
 struct comm_state {
   comm_state(std::uint32_t pool, bool traced, std::uint32_t proxy_steps)
@@ -163,6 +192,8 @@ struct comm_state {
   /// KernelCh starting before it names an earlier work's device-ring slot.
   std::array<std::atomic<std::uint64_t>, 64> ch_last_stop{};
   std::atomic<bool> graphs{false};  // a CUDA graph was captured on it: ch_last_stop is kept (set once)
+  plan_order_enqueue plans;         // the order of its plans (ABI 7), enqueue side
+  plan_order_channels plan_ch;      // and channel side
   op_history history;               // its last completed ops (the state dump), written by the completing threads
   proxy_table* proxy = nullptr;     // owned by the collector; null without NCCLINSP_PROXY
   std::uint32_t step_count;
@@ -186,6 +217,13 @@ struct comm_state {
     shifted_channels.store(0, std::memory_order_relaxed);
     for (auto& t : ch_last_stop) t.store(0, std::memory_order_relaxed);
     graphs.store(false, std::memory_order_relaxed);
+    plans.group.store(nullptr, std::memory_order_relaxed);
+    plans.thread.store(0, std::memory_order_relaxed);
+    plans.unordered.store(false, std::memory_order_relaxed);
+    plans.base.store(1, std::memory_order_relaxed);
+    plans.sum.store(1, std::memory_order_relaxed);
+    plan_ch.base.store(0, std::memory_order_relaxed);
+    plan_ch.count.store(1, std::memory_order_relaxed);
     history.clear();
   }
 };

@@ -22,9 +22,10 @@
 ///    its host enqueue only (CE, no channels), or for which no KernelCh can come (Send/Recv to the
 ///    rank itself, NCCL's live mask without KernelCh, a captured symmetric collective), whose channel
 ///    ran work to the rank itself before (up to 2.31.0a its KernelCh read an earlier work's slot), or whose
-///    GPU span is longer than its host-observed life (a garbage timer value) is counted by that reason
-///    (filter_reason) instead of published or left in flight. CollNet ops (nChannels 0) end with
-///    the last channel that started. The mask NCCL passes to init is its process-wide one.
+///    GPU span is longer than its host-observed life (a garbage timer value), or whose KernelCh NCCL
+///    dropped (2.31.2+: a later plan's KernelCh started first, comm_state::plan_order_enqueue) is
+///    counted by that reason (filter_reason) instead of published or left in flight. CollNet ops
+///    (nChannels 0) end with the last channel that started. The mask NCCL passes to init is its process-wide one.
 ///  - No throw crosses the C ABI; no I/O on NCCL's threads; lookups follow comm_registry.hpp's
 ///    protocol (reader sections, channel holds).
 ///
@@ -80,6 +81,13 @@ class event_adapter {
     }
     if (type == abi::ev_kernel_ch && d->kernelCh.pTimer && !cfg().traces) NCCLINSP_LIKELY
       return start_channel<false>(handle, d->parentObj, d->kernelCh.channelId, d->kernelCh.pTimer);
+    if constexpr (std::is_same_v<Descr, abi::descr_v7>) {
+      // Each plan's Group gets its own handle, which its Coll/P2p carry as parentGroup: the plans' order.
+      if (type == abi::ev_group) {
+        if (cfg().kernel_ch_drops) *handle = plan_handle();
+        return abi::success;
+      }
+    }
     if constexpr (requires { d->collApi; }) {
       // A CUDA-graph capture's CollApi/P2pApi: an inert handle, which the capture's replays carry as
       // their Coll/P2p parentObj (NCCL emits the API events only at capture).
@@ -100,10 +108,11 @@ class event_adapter {
   // ---- stopEvent -------------------------------------------------------------------------------
   NCCLINSP_INLINE result_t stop_event(void* handle) noexcept {
     const handle_kind kind = kind_of(handle);
-    // Nothing to do: a KernelCh stop (its record(22) ended the channel), or the stop of an op its
-    // channels complete (aux_ends_at_channels, set only without traces).
+    // Nothing to do: a KernelCh stop (its record(22) ended the channel), the stop of an op its
+    // channels complete (aux_ends_at_channels, set only without traces), or a Group's.
     if (kind == handle_kind::none || (kind == handle_kind::channel && !cfg().traces) ||
-        (kind == handle_kind::op && (aux_of(handle) & aux_ends_at_channels)))
+        (kind == handle_kind::op && (aux_of(handle) & aux_ends_at_channels)) ||
+        (kind == handle_kind::auxiliary && (aux_of(handle) & aux_kind_mask) == aux_inert_group))
       return abi::success;
     return stop_slow(decode(handle));
   }
@@ -219,6 +228,14 @@ class event_adapter {
       reject(s, filter_reason::foreign_timestamps);
     if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
       s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // Counted in its plan (ABI 7); the first KernelCh of a later plan checks the earlier ones'.
+    if (const std::uint64_t key = s.plan_key.load(std::memory_order_relaxed)) {
+      plan_order_channels& pc = h.comm().plan_ch;
+      if (key >> 8 != pc.base.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
+        next_plan(h.comm(), key >> 8);
+      else
+        pc.count.store(pc.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
     s.ch_begun.store(s.ch_begun.load(std::memory_order_relaxed) | std::uint64_t(1) << (channel & 63),
                      std::memory_order_relaxed);  // the state dump's progress (one writer)
     if constexpr (Rare) {
@@ -289,6 +306,37 @@ class event_adapter {
     op_lifecycle::release(cs, slot, s);
   }
 
+  /// A KernelCh of an op of another plan than the last one's (channel thread). An earlier plan's (a
+  /// KernelCh NCCL's profiler thread read after a later one's in the same pass) is not counted. A
+  /// later plan's first: every KernelCh of earlier plans has started (comm_state::plan_order_enqueue),
+  /// unless NCCL dropped some; then their ops are settled.
+  NCCLINSP_OUTLINE void next_plan(comm_state& cs, std::uint64_t base) noexcept {
+    plan_order_channels& pc = cs.plan_ch;
+    if (base < pc.base.load(std::memory_order_relaxed)) return;
+    if (pc.count.load(std::memory_order_relaxed) < base && !cs.plans.unordered.load(std::memory_order_relaxed))
+      settle_dropped(cs, base);
+    pc.base.store(base, std::memory_order_relaxed);
+    pc.count.store(base + 1, std::memory_order_relaxed);
+  }
+
+  /// Settles every op of a plan before `base` that is still short of KernelCh starts: NCCL dropped
+  /// them (nccl_behaviour::kernel_ch_dropped_on_alloc_failure). Counted as no_kernel_events, never
+  /// GPU-timed (its KernelCh that did come are a part of its span); a late KernelCh of it names a
+  /// released slot and is ignored. Rare (a shortfall only): scans the communicator's slots. Only
+  /// this thread completes a numbered op, so the slots it settles are its own to release.
+  void settle_dropped(comm_state& cs, std::uint64_t base) noexcept {
+    for (std::uint32_t i = 0; i < cs.ops.size(); ++i) {
+      op_slot& o = cs.ops[i];
+      if (!o.started_at.load(std::memory_order_acquire)) continue;  // free, or completed
+      const std::uint64_t key = o.plan_key.load(std::memory_order_relaxed);
+      if (!key || key >> 8 >= base) continue;
+      if (std::uint64_t(__builtin_popcountll(o.ch_begun.load(std::memory_order_relaxed))) >= (key & 0xFF)) continue;
+      o.ts_reject.store(filter_reason::no_kernel_events, std::memory_order_relaxed);
+      ops_.complete(cs, o, /*enqueue_only=*/false);
+      op_lifecycle::release(cs, i, o);
+    }
+  }
+
   /// The op's KernelCh timestamps cannot be its own (the first reason found is kept).
   NCCLINSP_INLINE static void reject(op_slot& s, filter_reason why) noexcept {
     if (s.ts_reject.load(std::memory_order_relaxed) == no_filter) s.ts_reject.store(why, std::memory_order_relaxed);
@@ -325,6 +373,9 @@ class event_adapter {
         r.alg = algo::sym;
         r.pro = proto::none;
       }
+    }
+    if constexpr (requires { d->coll.parentGroup; }) {
+      if (cfg().kernel_ch_drops) note_plan(*cs, cs->ops[idx], d->coll.parentGroup);
     }
     *handle = ops_.publish(*cs, idx);
     return abi::success;
@@ -366,8 +417,50 @@ class event_adapter {
     r.alg = algo::none;
     r.pro = proto::none;
     if constexpr (requires { d->p2p.userTag; }) r.user_tag = d->p2p.userTag;
+    if constexpr (requires { d->p2p.parentGroup; }) {
+      if (cfg().kernel_ch_drops) note_plan(*cs, cs->ops[idx], d->p2p.parentGroup);
+    }
     *handle = ops_.publish(*cs, idx);
     return abi::success;
+  }
+
+  /// A Group handle of its own (ABI 7): this thread's tag (gen field) and its plan count (comm and
+  /// slot fields), never 0. Thread-local: nothing shared is written.
+  static void* plan_handle() noexcept {
+    thread_local std::uint64_t plans = 0;  // tag << 32 | plans started on this thread
+    if (!plans) NCCLINSP_UNLIKELY
+      plans = std::uint64_t(next_thread_tag()) << 32;
+    ++plans;
+    return as_handle(encode(handle_kind::auxiliary, std::uint32_t(plans >> 32), std::uint32_t(plans >> 16),
+                            std::uint32_t(plans), aux_inert_group));
+  }
+  static std::uint32_t next_thread_tag() noexcept {
+    static std::atomic<std::uint32_t> tags{0};
+    return tags.fetch_add(1, std::memory_order_relaxed) % gen_mask + 1;
+  }
+
+  /// Gives an op that awaits KernelCh the key of its plan (comm_state::plan_order_enqueue), on the
+  /// thread that starts it, before NCCL has its handle. Not numbered: ops that await no KernelCh or
+  /// an unknown count, ops under no plan handle, and every op once plans came from two threads.
+  static void note_plan(comm_state& cs, op_slot& s, const void* group) noexcept {
+    plan_order_enqueue& po = cs.plans;
+    const decoded g = decode(group);
+    if (s.expected_ch == 0 || s.expected_ch > 64 || s.is_ce || s.settle != no_filter ||
+        g.kind != handle_kind::auxiliary || (g.aux & aux_kind_mask) != aux_inert_group ||
+        po.unordered.load(std::memory_order_relaxed))
+      return;
+    if (group != po.group.load(std::memory_order_relaxed)) {  // the plan's first op
+      const std::uint32_t last = po.thread.load(std::memory_order_relaxed);
+      if (last && last != g.gen) {
+        po.unordered.store(true, std::memory_order_relaxed);
+        return;
+      }
+      po.thread.store(g.gen, std::memory_order_relaxed);
+      po.group.store(group, std::memory_order_relaxed);
+      po.base.store(po.sum.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    po.sum.store(po.sum.load(std::memory_order_relaxed) + s.expected_ch, std::memory_order_relaxed);
+    s.plan_key.store(po.base.load(std::memory_order_relaxed) << 8 | s.expected_ch, std::memory_order_relaxed);
   }
 
   /// Channels 0..nch-1 ran work the host does not count (comm_state::shifted_channels).

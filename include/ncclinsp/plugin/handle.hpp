@@ -23,7 +23,8 @@ inline constexpr std::uint32_t context_slot = slot_mask;
 /// Most op slots per communicator: every slot index stays below context_slot.
 inline constexpr std::uint32_t max_op_slots = context_slot;
 
-/// `aux` of an auxiliary handle: the inert v4 Group, a sampled ProxyOp (slot = proxy_table entry |
+/// `aux` of an auxiliary handle: a Group (the inert v4 one; at ABI 7 one per plan, gen = its
+/// thread's tag, comm and slot = its plan count: event_adapter::plan_handle), a sampled ProxyOp (slot = proxy_table entry |
 /// channel << 7, gen = communicator generation, aux_send set for a send), a ProxyStep (slot = step
 /// slot, gen = its generation), the inert CollApi/P2pApi of a CUDA-graph capture (a replay's Coll
 /// carries it as parentObj). aux_kind_mask selects which.

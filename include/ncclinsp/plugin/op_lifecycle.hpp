@@ -41,6 +41,9 @@ struct adapter_config {
   /// NCCL up to 2.31.0a (ABI <= 6): Send/Recv to the rank itself shifts the work counter of its
   /// channels for good (comm_state::shifted_channels); 2.31.2 counts it on the host too.
   bool self_p2p_shifts_channels = true;
+  /// NCCL 2.31.2+ (ABI 7): the profiler thread drops the KernelCh of an op it cannot allocate; ops
+  /// whose KernelCh a later plan's overtake are settled (comm_state::plan_order_enqueue).
+  bool kernel_ch_drops = false;
 };
 
 // An op's channel fields have one writer (its channel thread): load+store, 0 = unset.
@@ -95,6 +98,7 @@ class op_lifecycle {
     s.ch_started.store(0, std::memory_order_relaxed);
     for (auto* t : {&s.ch_seen, &s.ch_stop_seen, &s.ch_begun, &s.ch_ended}) t->store(0, std::memory_order_relaxed);
     s.ts_reject.store(no_filter, std::memory_order_relaxed);
+    s.plan_key.store(0, std::memory_order_relaxed);
     s.settle = no_filter;
     s.replay = false;
     // References: the channel side (the last channel completes the op), and the op's stop when it

@@ -215,7 +215,10 @@ class plugin_state {
                                     .stale_channel_stops = !abi::nccl_holds_at_abi(
                                         abi::nccl_behaviour::kernel_ch_stop_guarded, abi_version, /*all=*/true),
                                     .self_p2p_shifts_channels = abi::nccl_holds_at_abi(
-                                        abi::nccl_behaviour::self_p2p_shifts_counter, abi_version, /*all=*/false)});
+                                        abi::nccl_behaviour::self_p2p_shifts_counter, abi_version, /*all=*/false),
+                                    .kernel_ch_drops = abi::nccl_holds_at_abi(
+                                        abi::nccl_behaviour::kernel_ch_dropped_on_alloc_failure, abi_version,
+                                        /*all=*/false)});
     detector_ = std::make_unique<change_detector>(std::move(rt.detector));
     if (opts_.enable) start_state_dumps();
     // A final export that outlived finalize's 100 ms (slow disk, a large last batch) gets a bounded
