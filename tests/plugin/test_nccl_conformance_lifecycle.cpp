@@ -283,4 +283,35 @@ TEST_CASE(
         Approx(ar_busbw(8u << 20, 4, 300 * us)).epsilon(0.01));
   CHECK(total(text, "ncclinsp_abandoned_ops_total") == 0);
   CHECK(total(text, "ncclinsp_inflight_ops") == 0);
+
+  // One plan of two ops on channels 0 and 1 (ncclGroupStart/End): the kernel's blocks start in any
+  // order, the second op's KernelCh first. An op is settled only by a later plan, never by another op
+  // of its own: with drops, exactly the ops with a dropped KernelCh are counted, the others timed.
+  for (const int drop : {0, every}) {
+    INFO("--drop-kernel-ch " << drop);
+    constexpr int plans = 31;
+    int grouped_timed = 0;  // KernelCh ops allocated second op first: 2k+1 (second), 2k+2 (first)
+    for (int k = 0; k < plans; ++k)
+      grouped_timed += (drop == 0 || (2 * k + 1) % drop != 0) + (drop == 0 || (2 * k + 2) % drop != 0);
+    const std::string g = run("dropped_grouped", [&](const std::string&) {
+      job j(rel);
+      auto cfg = comm_cfg(rel, 0x73, "grouped");
+      cfg.drop_kernel_ch = drop;
+      sim::comm_driver c(j.lib, cfg);
+      const sim::op_desc two[2] = {all_reduce(8u << 20, 1, 0), all_reduce(8u << 20, 1, 1)};
+      for (int k = 0; k < plans; ++k) {
+        sim::pending_op p[2];
+        c.enqueue(two, p);
+        const std::uint64_t t = t0 + std::uint64_t(k) * 1000 * us;
+        c.complete(p[1], span(t, 300 * us, 1));
+        c.complete(p[0], span(t + 10 * us, 300 * us, 1));
+      }
+      c.finalize();
+      return 0;
+    });
+    INFO(g.substr(0, 3000));
+    CHECK(total(g, "ncclinsp_ops_total", {"collective=\"AllReduce\""}) == grouped_timed);
+    CHECK(total(g, "ncclinsp_filtered_ops_total", {"reason=\"no_kernel_events\""}) == 2 * plans - grouped_timed);
+    CHECK(total(g, "ncclinsp_abandoned_ops_total") == 0);
+  }
 }
