@@ -78,9 +78,10 @@ if [[ "${NCCLINSP_SANITIZERS:-1}" != 0 ]]; then
 
   stage "asan+ubsan: configure and build (build-rel-asan)"
   cmake -S . -B build-rel-asan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=address,undefined >/dev/null
-  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded nccl_conformance
+  cmake --build build-rel-asan -j "$JOBS" --target "${UNIT_SUITES[@]}" test_plugin test_reliability test_embedded nccl_conformance \
+    test_lsan_dtls
   stage "asan+ubsan: test"
-  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded)|nccl_conformance):"
+  run_ctest build-rel-asan -R "^(test_(model|bucketing|collector|formats|sinks|exporter|options|comm_registry|plugin|reliability|embedded|lsan_dtls)|nccl_conformance):"
 
   stage "tsan: configure and build (build-rel-tsan)"
   cmake -S . -B build-rel-tsan "${SAN_COMMON[@]}" -DNCCLINSP_SANITIZE=thread >/dev/null
