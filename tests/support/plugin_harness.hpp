@@ -97,9 +97,10 @@ inline std::string json_lines_check(const std::string& file) {
   return out.rfind("ok", 0) == 0 ? "ok" : out;
 }
 
-/// Runs `body` in a forked child with `env` set; returns its exit code (or -signal); 97: leaks
-/// (LeakSanitizer builds). The child leaves through exit(), as a training process does, so the
-/// plugin's exit flush runs.
+/// Runs `body` in a forked child with `env` set; returns its exit code (or -signal), non-zero
+/// where LeakSanitizer finds a leak (the check before exit sets 97, and LeakSanitizer's own check
+/// at exit then reports it again and exits with 1). The child leaves through exit(), as a
+/// training process does, so the plugin's exit flush runs.
 inline int in_child(const std::map<std::string, std::string>& env, const std::function<int()>& body) {
   std::fflush(nullptr);
   const pid_t pid = ::fork();
