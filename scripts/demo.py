@@ -359,8 +359,9 @@ def report(prom, r, job, t0, t_end, model, s, a, hook=None):
               " explained alerts inhibited):")
         got = hook.notifications()
         if not got:
-            print("  (none: the config holds a group's first notification for group_wait, 1m (10 s for pages), and drops"
-                  " alerts another explains; every alert above was inhibited, or ended or the job did within that wait)")
+            print("  (none: the config sends a group's first notification group_wait after its first alert, 1m (10 s"
+                  " for pages), the next group_interval (5m) later, and drops alerts another explains: every alert"
+                  " above was inhibited when its group was due, or it or the job ended first)")
         for at, path, d in got:
             print(f"  t={at - t0:4.0f}s {notification_line(path, d)}")
             rb = d.get("commonAnnotations", {}).get("runbook_url")
