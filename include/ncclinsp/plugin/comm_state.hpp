@@ -158,10 +158,12 @@ struct alignas(detail::cache_line) plan_order_enqueue {
   std::atomic<std::uint64_t> base{1};       // the last plan's base
   std::atomic<std::uint64_t> sum{1};        // 1 + the channels awaited by every op numbered
 };
-/// Channel side: written by the communicator's channel thread (its profiler thread) only.
+/// Channel side: written by the communicator's channel thread (its profiler thread) only. A KernelCh
+/// whose plan base is below `started` is of the current plan; at or above it, of a later plan, and
+/// `started` below that base is a shortfall. (An earlier plan's op still short of starts at a later
+/// plan's first is settled, so a late KernelCh of it names a released slot: never counted here.)
 struct alignas(detail::cache_line) plan_order_channels {
-  std::atomic<std::uint64_t> base{0};   // the latest plan a KernelCh started in
-  std::atomic<std::uint64_t> count{1};  // 1 + the KernelCh started of ops of plans up to it
+  std::atomic<std::uint64_t> started{1};  // 1 + the KernelCh started of numbered ops
 };
 
 /// One communicator on this rank: its in-flight op table (plus traces), its proxy step pool.
@@ -222,8 +224,7 @@ struct comm_state {
     plans.unordered.store(false, std::memory_order_relaxed);
     plans.base.store(1, std::memory_order_relaxed);
     plans.sum.store(1, std::memory_order_relaxed);
-    plan_ch.base.store(0, std::memory_order_relaxed);
-    plan_ch.count.store(1, std::memory_order_relaxed);
+    plan_ch.started.store(1, std::memory_order_relaxed);
     history.clear();
   }
 };

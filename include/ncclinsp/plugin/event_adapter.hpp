@@ -228,13 +228,14 @@ class event_adapter {
       reject(s, filter_reason::foreign_timestamps);
     if (s.expected_ch == unknown_channels) NCCLINSP_UNLIKELY
       s.ch_started.store(s.ch_started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // Counted in its plan (ABI 7); the first KernelCh of a later plan checks the earlier ones'.
+    // Counted (ABI 7); the first KernelCh of a later plan (base >= the count) checks the earlier ones'.
     if (const std::uint64_t key = s.plan_key.load(std::memory_order_relaxed)) {
-      plan_order_channels& pc = h.comm().plan_ch;
-      if (key >> 8 != pc.base.load(std::memory_order_relaxed)) NCCLINSP_UNLIKELY
-        next_plan(h.comm(), key >> 8);
+      std::atomic<std::uint64_t>& started = h.comm().plan_ch.started;
+      const std::uint64_t n = started.load(std::memory_order_relaxed);
+      if (key >> 8 < n) NCCLINSP_LIKELY
+        started.store(n + 1, std::memory_order_relaxed);
       else
-        pc.count.store(pc.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        next_plan(h.comm(), key >> 8);
     }
     s.ch_begun.store(s.ch_begun.load(std::memory_order_relaxed) | std::uint64_t(1) << (channel & 63),
                      std::memory_order_relaxed);  // the state dump's progress (one writer)
@@ -306,17 +307,13 @@ class event_adapter {
     op_lifecycle::release(cs, slot, s);
   }
 
-  /// A KernelCh of an op of another plan than the last one's (channel thread). An earlier plan's (a
-  /// KernelCh NCCL's profiler thread read after a later one's in the same pass) is not counted. A
-  /// later plan's first: every KernelCh of earlier plans has started (comm_state::plan_order_enqueue),
-  /// unless NCCL dropped some; then their ops are settled.
+  /// The first KernelCh of a later plan (channel thread): every KernelCh of earlier plans has
+  /// started (comm_state::plan_order_enqueue), unless NCCL dropped some; then their ops are settled.
   NCCLINSP_OUTLINE void next_plan(comm_state& cs, std::uint64_t base) noexcept {
-    plan_order_channels& pc = cs.plan_ch;
-    if (base < pc.base.load(std::memory_order_relaxed)) return;
-    if (pc.count.load(std::memory_order_relaxed) < base && !cs.plans.unordered.load(std::memory_order_relaxed))
+    if (cs.plan_ch.started.load(std::memory_order_relaxed) < base &&
+        !cs.plans.unordered.load(std::memory_order_relaxed))
       settle_dropped(cs, base);
-    pc.base.store(base, std::memory_order_relaxed);
-    pc.count.store(base + 1, std::memory_order_relaxed);
+    cs.plan_ch.started.store(base + 1, std::memory_order_relaxed);
   }
 
   /// Settles every op of a plan before `base` that is still short of KernelCh starts: NCCL dropped
