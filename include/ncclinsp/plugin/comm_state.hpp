@@ -44,6 +44,7 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint64_t> gpu_lo{0}, gpu_hi{0}, cpu_lo{0}, cpu_hi{0};
   std::atomic<bool> gpu_missing{false};
   std::atomic<bool> enq_stopped{false};  // the op's own stopEvent was seen (a second one is ignored)
+  bool proxy_sampled = false;            // its ProxyOps get handles (NCCLINSP_PROXY)
   // The channel thread's checks (one writer): channels started (ops whose count NCCL does not give),
   // channel ids ended (a second stop of one, on a stale kernelEventHandle, is ignored), and why its
   // KernelCh timestamps cannot be its own (no_filter: they can).
@@ -51,14 +52,14 @@ struct alignas(detail::cache_line) op_slot {
   std::atomic<std::uint64_t> ch_seen{0};       // record(22) per channel id mod 64 (ops of <= 64 channels)
   std::atomic<std::uint64_t> ch_stop_seen{0};  // stopEvent per channel id (traces on: the stop ends it)
   std::atomic<filter_reason> ts_reject{no_filter};
-  /// Its plan's place in the communicator's order (ABI 7, plan_order): base << 8 | channels awaited;
-  /// 0: not numbered. Written at its start, before NCCL has its handle; read by its channel thread.
-  std::atomic<std::uint64_t> plan_key{0};
   filter_reason settle = no_filter;  // why no KernelCh can come for the op (no_filter: they can); set at start
   bool replay = false;               // a CUDA-graph replay (parentObj: a captured CollApi/P2pApi); set at start
-  std::uint32_t expected_ch = 0;     // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
   bool is_ce = false;
-  bool proxy_sampled = false;  // its ProxyOps get handles (NCCLINSP_PROXY)
+  std::uint32_t expected_ch = 0;  // unknown_channels: CollNet ops (nChannels 0, KernelCh arrive)
+  /// Its plan's place in the communicator's order (ABI 7, plan_order_enqueue): base << 8 | channels
+  /// awaited; 0: not numbered. Written at its start, before NCCL has its handle; read by its channel
+  /// thread. (Fields ordered so that the slot stays three cache lines.)
+  std::atomic<std::uint64_t> plan_key{0};
   op_record rec;
   // What the state dump reads of an op in flight (plugin/state_dumper.hpp), atomics only: its
   // identity, stored once its start filled rec (op_lifecycle::publish), and which channel ids
