@@ -10,7 +10,7 @@ namespace ncclinsp::plugin {
 
 /// Layout, high to low bits (never 0 for a live handle): kind:2 | gen:22 | comm:16 | slot:16 | aux:8.
 /// `aux` is the channel id of a channel handle, flags of an op handle (aux_ends_at_channels), or says
-/// which object an auxiliary handle names (aux_kind_mask: an inert Group, a ProxyOp, a ProxyStep, a
+/// which object an auxiliary handle names (aux_kind_mask: a Group, a ProxyOp, a ProxyStep, a
 /// captured API event).
 enum class handle_kind : std::uint64_t { none = 0, op = 1, channel = 2, auxiliary = 3 };
 inline constexpr unsigned kind_shift = 62, gen_shift = 40, comm_shift = 24, slot_shift = 8;
