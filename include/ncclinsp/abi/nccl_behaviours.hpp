@@ -317,7 +317,9 @@ inline constexpr nccl_behaviour_row nccl_behaviours[] = {
                "starts when a later plan's first KernelCh starts on its communicator is settled, never GPU-timed "
                "(comm_state::plan_order_enqueue, event_adapter::next_plan). Left in flight: an op of the "
                "communicator's last plan (until the next plan or finalize), every op on a communicator whose "
-               "plans come from two threads, and through a shim (counted abandoned at finalize)",
+               "plans come from two threads, and through a shim (counted abandoned at finalize). An earlier op whose "
+               "start one pass reads after a later plan's first is settled too: its timing is lost, no number "
+               "is wrong",
      .reason = "no_kernel_events",
      .conformance = "KernelCh dropped on an allocation failure",
      .sim = "--drop-kernel-ch N (comm_config::drop_kernel_ch, emitter::kernel_ch)"},
