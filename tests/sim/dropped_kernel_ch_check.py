@@ -23,19 +23,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from graph_soak import Sampler, parse_prom  # noqa: E402
+from graph_soak import Sampler, check, fail, gpu_timed_records, parse_prom  # noqa: E402
 
 STEPS = 1000  # about 3 s at --speed 1: a dropped op left in flight would age well past 1 s
-
-
-def fail(msg):
-    print('FAIL: ' + msg)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def refused(sim, plugin, extra):
@@ -92,21 +82,15 @@ def gpu_records_match_truth(out, truth_path):
         t = json.loads(line)
         want[(t['comm_hash'], t['rank'], t['func'], t['seq'])] = t
     checked, worst = 0, 0.0
-    for path in glob.glob(os.path.join(out, '*.log')):
-        for line in open(path):
-            rec = json.loads(line)
-            c = rec.get('coll_perf')
-            if not c or c.get('coll_timing_source') != 'kernel_gpu':
-                continue
-            h = rec['header']
-            t = want.get((h['id'], h['rank'], c['coll'], c['coll_sn']))
-            check(t is not None, f'a GPU-timed record without a simulated op: {h} {c}')
-            truth_us = (t['end_ns'] - t['start_ns']) / 1e3
-            err = abs(c['coll_exec_time_us'] / truth_us - 1.0)
-            worst = max(worst, err)
-            check(err <= 0.02, f'{h["comm_name"]} rank {h["rank"]} {c["coll"]} #{c["coll_sn"]}: '
-                  f'{c["coll_exec_time_us"]} us, truth {truth_us:.3f} us')
-            checked += 1
+    for h, c in gpu_timed_records(out):
+        t = want.get((h['id'], h['rank'], c['coll'], c['coll_sn']))
+        check(t is not None, f'a GPU-timed record without a simulated op: {h} {c}')
+        truth_us = (t['end_ns'] - t['start_ns']) / 1e3
+        err = abs(c['coll_exec_time_us'] / truth_us - 1.0)
+        worst = max(worst, err)
+        check(err <= 0.02, f'{h["comm_name"]} rank {h["rank"]} {c["coll"]} #{c["coll_sn"]}: '
+              f'{c["coll_exec_time_us"]} us, truth {truth_us:.3f} us')
+        checked += 1
     return checked, worst
 
 

@@ -58,6 +58,22 @@ def fail(msg):
     sys.exit(1)
 
 
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def gpu_timed_records(out):
+    """(header, coll_perf) of each GPU-timed record in the plugin's JSON .log files directly under `out`."""
+    for n in sorted(os.listdir(out)):
+        if n.endswith('.log'):
+            for line in open(os.path.join(out, n)):
+                rec = json.loads(line)
+                c = rec.get('coll_perf')
+                if c and c.get('coll_timing_source') == 'kernel_gpu':
+                    yield rec['header'], c
+
+
 class Sampler(threading.Thread):
     """Reads the plugin's .prom files every `period` s while the job runs (a scraper's view)."""
 
@@ -205,27 +221,19 @@ def run_profile(a, profile):
             want[(t['comm_hash'], t['rank'], t['func'], t['seq'])] = t
         checked = 0
         op_worst = 0.0
-        for n in os.listdir(out):
-            if not n.endswith('.log'):
-                continue
-            for l in open(os.path.join(out, n)):
-                rec = json.loads(l)
-                c = rec.get('coll_perf')
-                if not c or c.get('coll_timing_source') != 'kernel_gpu':
-                    continue
-                h = rec['header']
-                t = want.get((h['id'], h['rank'], c['coll'], c['coll_sn']))
-                if t is None:
-                    fail(f'a GPU-timed record without a simulated op: {h} {c}')
-                if t['corrupted'] or t['untimed']:
-                    fail(f'published as GPU-timed with another work\'s timestamps: {h} {c}')
-                truth_us = (t['end_ns'] - t['start_ns']) / 1e3
-                err = abs(c['coll_exec_time_us'] / truth_us - 1.0)
-                op_worst = max(op_worst, err)
-                if err > 0.02:
-                    fail(f'op {h["comm_name"]} rank {h["rank"]} {c["coll"]} #{c["coll_sn"]}: '
-                         f'{c["coll_exec_time_us"]} us vs truth {truth_us:.3f} us')
-                checked += 1
+        for h, c in gpu_timed_records(out):
+            t = want.get((h['id'], h['rank'], c['coll'], c['coll_sn']))
+            if t is None:
+                fail(f'a GPU-timed record without a simulated op: {h} {c}')
+            if t['corrupted'] or t['untimed']:
+                fail(f'published as GPU-timed with another work\'s timestamps: {h} {c}')
+            truth_us = (t['end_ns'] - t['start_ns']) / 1e3
+            err = abs(c['coll_exec_time_us'] / truth_us - 1.0)
+            op_worst = max(op_worst, err)
+            if err > 0.02:
+                fail(f'op {h["comm_name"]} rank {h["rank"]} {c["coll"]} #{c["coll_sn"]}: '
+                     f'{c["coll_exec_time_us"]} us vs truth {truth_us:.3f} us')
+            checked += 1
         if checked != own:
             fail(f'{checked} GPU-timed records checked, {own} ops had their own timestamps')
         per_op = f', per op: {checked} records, worst {100 * op_worst:.3f}%'

@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from graph_soak import parse_prom  # noqa: E402
+from graph_soak import check, fail, parse_prom  # noqa: E402
 
 NODES, GPUS, SPEED = 2, 2, 2.0
 SCENARIOS = {
@@ -38,16 +38,6 @@ SCENARIOS = {
     'kill': (['--kill-rank', '3@3'], 20),
     'net_stall': (['--net-stall', '2'], 12),
 }
-
-
-def fail(msg):
-    print('FAIL: ' + msg)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def read_files(out):
