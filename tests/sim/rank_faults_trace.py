@@ -25,17 +25,10 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_soak import check  # noqa: E402
+
 GPUS = 2
-
-
-def fail(msg):
-    print('FAIL: ' + msg)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 class Trace:
