@@ -148,15 +148,20 @@ void judge_lock(int dfd, const std::string& dir, const std::string& name, const 
 
 std::string age_text(double age) { return std::to_string(static_cast<long long>(age)) + " s"; }
 
+/// Opens a file to judge without following a symlink (one is never ours); -1, said when verbose, if
+/// it cannot be opened.
+int open_candidate(int dfd, const std::string& dir, const std::string& name, const settings& s) {
+  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && s.verbose)
+    std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(),
+                errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
+  return fd;
+}
+
 /// Decides one .prom (or temporary) file; returns true when it was removed.
 bool judge(int dfd, const std::string& dir, const std::string& name, const settings& s, const me& m, bool temp) {
-  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (s.verbose)
-      std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(),
-                  errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
-    return false;
-  }
+  const int fd = open_candidate(dfd, dir, name, s);
+  if (fd < 0) return false;
   struct stat st {};
   owner_stamp o;
   std::string why;
@@ -229,13 +234,8 @@ writer state_writer(long pid, double mtime) {
 
 /// Decides one state dump; returns true when it was removed.
 bool judge_state(int dfd, const std::string& dir, const std::string& name, const settings& s, const me& m) {
-  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (s.verbose)
-      std::printf("kept %s/%s (%s)\n", dir.c_str(), name.c_str(),
-                  errno == ELOOP ? "a symlink: not ours" : std::strerror(errno));
-    return false;
-  }
+  const int fd = open_candidate(dfd, dir, name, s);
+  if (fd < 0) return false;
   struct stat st {};
   std::string head(4096, '\0'), why, host;
   bool ours = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
